@@ -1,0 +1,1 @@
+"""Data preparation: tokenize, merge + shuffle, verify, vocab mapping, regeneration."""

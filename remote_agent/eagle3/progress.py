@@ -1,0 +1,85 @@
+"""Machine-readable progress and metric lines that the runbook engine and the TUI parse.
+
+Every line is `@@eagle3 ` followed by one JSON object with a `kind` key, written to stderr so
+stdout stays free for results. Kinds:
+
+- `progress`: stage, done, total (or null), unit, rate (units/s), eta_s (or null)
+- `metrics`: training metrics (step, loss, acc, sim_accept_len, ...)
+- `result`: the command's final summary (one per command)
+
+Humans read the same log, so each machine line is short and the surrounding prose stays.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any, TextIO
+
+PREFIX = "@@eagle3 "
+
+
+def emit(kind: str, stream: TextIO | None = None, **fields: Any) -> None:
+    record = {"kind": kind, **fields}
+    out = stream if stream is not None else sys.stderr
+    out.write(PREFIX + json.dumps(record, separators=(",", ":"), default=str) + "\n")
+    out.flush()
+
+
+def parse(line: str) -> dict[str, Any] | None:
+    """The record carried by a log line, or None for ordinary text (never raises)."""
+    if not line.startswith(PREFIX):
+        return None
+    try:
+        record = json.loads(line[len(PREFIX) :])
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("kind"), str) else None
+
+
+class Progress:
+    """Rate-limited progress reporter: at most one line per `interval` seconds, plus the last."""
+
+    def __init__(
+        self,
+        stage: str,
+        total: int | None,
+        unit: str,
+        interval: float = 1.0,
+        stream: TextIO | None = None,
+    ) -> None:
+        self.stage, self.total, self.unit = stage, total, unit
+        self.done = 0
+        self.interval = interval
+        self.stream = stream
+        self._start = time.monotonic()
+        self._last = 0.0
+
+    def advance(self, n: int = 1, **extra: Any) -> None:
+        self.done += n
+        now = time.monotonic()
+        if now - self._last >= self.interval:
+            self._emit(now, **extra)
+
+    def finish(self, **extra: Any) -> None:
+        self._emit(time.monotonic(), **extra)
+
+    def _emit(self, now: float, **extra: Any) -> None:
+        self._last = now
+        elapsed = max(now - self._start, 1e-9)
+        rate = self.done / elapsed
+        eta = None
+        if self.total is not None and rate > 0:
+            eta = max(self.total - self.done, 0) / rate
+        emit(
+            "progress",
+            stream=self.stream,
+            stage=self.stage,
+            done=self.done,
+            total=self.total,
+            unit=self.unit,
+            rate=round(rate, 3),
+            eta_s=None if eta is None else round(eta, 1),
+            **extra,
+        )

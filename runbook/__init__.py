@@ -1,0 +1,1 @@
+"""Runbook engine: schema, loader, plan, executor, checks, state and audit. Never imports textual."""
