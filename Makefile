@@ -1,0 +1,36 @@
+# Two commands do all set-up on a fresh machine (see README.md):
+#   make demo   run the demo runbook headless on the embedded default (local, CPU)
+#   make test   run the test suite (installs sshd/tmux from Debian packages when root)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+
+.PHONY: setup demo tui test lint system-deps
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# CPU build of torch from local disk; an unpinned torch would pull a multi-GB CUDA build
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[ml,test]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+demo: setup
+	$(VENV)/bin/eagle-tui run runbooks/demo.yaml --auto --yes --new-run
+
+tui: setup
+	$(VENV)/bin/eagle-tui run runbooks/demo.yaml
+
+system-deps:
+	./.ci/system-deps
+
+test: setup system-deps
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .

@@ -1,0 +1,274 @@
+"""`eagle-tui`: validate, run (TUI or --auto), status, audit export/verify.
+
+Exit codes: 0 all done; 1 a step failed or was lost; 2 invalid input; 3 blocked (a guard failed,
+or a confirmation was needed and not given).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+from runbook import audit as audit_mod
+from runbook.engine import (
+    EXIT_FAILED,
+    EXIT_INVALID,
+    EXIT_OK,
+    Engine,
+    headless_confirmer,
+)
+from runbook.loader import RunbookError, load_runbook, parse_overrides, read_secrets
+from runbook.state import RunState, choose_run_id, default_state_dir, list_runs
+from runbook.transports import TransportError
+from runbook.transports.factory import make_transport_factory
+
+
+def _err(msg: str) -> None:
+    print(msg, file=sys.stderr)
+
+
+def _state_dir(args: argparse.Namespace) -> Path:
+    return Path(args.state_dir) if args.state_dir else default_state_dir()
+
+
+def find_run(state_dir: Path, ref: str | None) -> RunState:
+    runs = list_runs(state_dir)
+    if not runs:
+        raise LookupError(f"no runs in {state_dir}")
+    if ref is None:
+        return runs[-1]
+    matches = [r for r in runs if r.run_id == ref] or [r for r in runs if r.run_id.startswith(ref)]
+    if len(matches) != 1:
+        raise LookupError(f"{'no' if not matches else 'several'} runs match {ref!r} in {state_dir}")
+    return matches[0]
+
+
+# ---------------------------------------------------------------------- validate
+def cmd_validate(args: argparse.Namespace) -> int:
+    try:
+        loaded = load_runbook(args.runbook, parse_overrides(args.set or []))
+    except RunbookError as exc:
+        for p in exc.problems:
+            _err(p)
+        return EXIT_INVALID
+    rb = loaded.runbook
+    guards = sum(len(s.preconditions) + len(s.postconditions) + len(s.skip_if) for s in rb.steps)
+    destructive = [s.id for s in rb.steps if s.destructive]
+    print(f"{args.runbook}: ok: runbook {rb.name!r}, {len(rb.steps)} steps, {guards} guards, "
+          f"destructive: {', '.join(destructive) or 'none'}")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------- run
+async def _run_headless(args: argparse.Namespace, engine: Engine, view, run_id: str) -> int:
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    interrupted = False
+
+    def on_signal() -> None:
+        nonlocal interrupted
+        interrupted = True
+        if main is not None:
+            main.cancel()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+    code = EXIT_FAILED
+    try:
+        if args.dry_run:
+            await engine.open_readonly()
+            code = await engine.dry_run()
+        else:
+            await engine.open(run_id)
+            code = await engine.run_all(start=getattr(args, "from"), only=args.only)
+    except asyncio.CancelledError:
+        if not interrupted:
+            raise
+        view.console.print("interrupted: jobs keep running on the box; run the same command again to reattach")
+        code = 130
+    except TransportError as exc:
+        _err(f"error: {exc}")
+        code = EXIT_FAILED
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await engine.close()
+    return code
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    state_dir = _state_dir(args)
+    try:
+        overrides = parse_overrides(args.set or [])
+        probe = load_runbook(args.runbook, overrides)
+        for flag, sid in (("--from", getattr(args, "from")), ("--only", args.only)):
+            if sid is not None and sid not in probe.runbook.step_ids:
+                raise RunbookError([f"{flag} {sid}: no such step (steps: {', '.join(probe.runbook.step_ids)})"])
+        for sid in args.yes or []:
+            if sid != "*" and sid not in probe.runbook.step_ids:
+                raise RunbookError([f"--yes {sid}: no such step"])
+        secrets = read_secrets(probe.runbook)
+    except RunbookError as exc:
+        for p in exc.problems:
+            _err(p)
+        return EXIT_INVALID
+
+    if not args.auto and not args.dry_run:
+        from eagle_tui.app.main import run_app  # imported only for the TUI
+
+        return run_app(args, state_dir, overrides, secrets)
+
+    run_id = choose_run_id(state_dir, probe.runbook.name, args.new_run)
+    loaded = load_runbook(args.runbook, overrides, run_id=run_id, state_dir=state_dir)
+    from eagle_tui.headless import HeadlessView
+
+    view = HeadlessView({s.id: s.title for s in loaded.runbook.steps}, show_logs=not args.quiet)
+    engine = Engine(
+        loaded, state_dir,
+        transports=make_transport_factory(state_dir, args),
+        confirmer=headless_confirmer(args.yes or [], loaded.runbook.auto_confirm),
+        secrets=secrets, default_host=args.host, listeners=[view],
+    )
+
+    async def go() -> int:
+        return await _run_headless(args, engine, view, run_id)
+
+    with view:
+        code = asyncio.run(go())
+    if engine.store is not None and engine.audit is not None:
+        view.summary(code, str(engine.store.audit_path), engine.audit.head.seq, engine.audit.head.hash)
+    elif args.dry_run:
+        print(f"dry run: {'every guard passes' if code == EXIT_OK else 'some steps would be blocked'}; nothing changed")
+    return code
+
+
+# ---------------------------------------------------------------------- status
+def cmd_status(args: argparse.Namespace) -> int:
+    try:
+        run = find_run(_state_dir(args), args.run)
+    except LookupError as exc:
+        _err(str(exc))
+        return EXIT_INVALID
+    if args.json:
+        print(run.model_dump_json(indent=1))
+        return EXIT_OK
+    from rich.console import Console
+    from rich.table import Table
+
+    from eagle_tui.headless import ICONS, STYLES, progress_text
+    from runbook.units import format_duration
+
+    table = Table(title=f"run {run.run_id} · runbook {run.runbook_name}", header_style="bold")
+    for col in ("", "step", "status", "reason", "attempt", "exit", "duration", "progress"):
+        table.add_column(col)
+    for sid, rec in run.steps.items():
+        dur = (rec.ended_at - rec.started_at) if rec.started_at and rec.ended_at else None
+        table.add_row(ICONS.get(rec.status, "?"), sid, f"[{STYLES.get(rec.status, '')}]{rec.status}[/]",
+                      (rec.reason or "") + (f": {rec.message}" if rec.message else ""), str(rec.attempt or ""),
+                      "" if rec.exit_code is None else str(rec.exit_code),
+                      format_duration(dur) if dur else "", progress_text(rec.progress) if rec.progress else "")
+    Console().print(table)
+    print(f"audit head: seq {run.audit_seq} sha256 {run.audit_head}")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------- audit
+def cmd_audit(args: argparse.Namespace) -> int:
+    try:
+        run = find_run(_state_dir(args), args.run)
+    except LookupError as exc:
+        _err(str(exc))
+        return EXIT_INVALID
+    path = _state_dir(args) / "runs" / run.run_id / "audit.jsonl"
+    expected = audit_mod.Head(run.audit_seq, run.audit_head)
+    result = audit_mod.verify(path, expected)
+    if args.audit_command == "verify":
+        if result.ok:
+            print(f"{path}: ok: {result.records} records, head seq {result.head.seq} sha256 {result.head.hash}")
+            return EXIT_OK
+        where = f"line {result.bad_line}: " if result.bad_line else ""
+        _err(f"{path}: NOT OK: {where}{result.problem}")
+        if result.bad_record:
+            _err(f"first bad record: {result.bad_record}")
+        return EXIT_FAILED
+    records = audit_mod.read_records(path) if path.exists() else []
+    fmt = args.format
+    text = {"jsonl": audit_mod.export_jsonl, "csv": audit_mod.export_csv}.get(fmt)
+    out = text(records) if text else audit_mod.export_markdown(records, result)
+    if args.output:
+        tmp = Path(f"{args.output}.tmp.{os.getpid()}")
+        tmp.write_text(out)
+        os.replace(tmp, args.output)
+        print(f"wrote {args.output} ({len(records)} records, chain {'ok' if result.ok else 'NOT OK'})")
+    else:
+        sys.stdout.write(out)
+    if not result.ok:
+        _err(f"warning: the audit chain does not verify: {result.problem}")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="eagle-tui", description=__doc__.splitlines()[0])
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--state-dir", help="run state directory (default: $EAGLE_TUI_STATE_DIR or the XDG state dir)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("validate", parents=[common], help="check a runbook; exit 0 (valid) or 2")
+    p.add_argument("runbook")
+    p.add_argument("--set", action="append", metavar="NAME=VALUE", help="override a variable")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("run", parents=[common], help="run a runbook (TUI, or headless with --auto)")
+    p.add_argument("runbook")
+    p.add_argument("--auto", action="store_true", help="headless: run every step in order without the TUI")
+    p.add_argument("--yes", action="append", nargs="?", const="*", metavar="STEP",
+                   help="confirm destructive steps: alone, those in the runbook's auto_confirm; with STEP, that step")
+    p.add_argument("--set", action="append", metavar="NAME=VALUE", help="override a variable")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--from", metavar="STEP", help="start at STEP (earlier steps are not run)")
+    group.add_argument("--only", metavar="STEP", help="run only STEP")
+    p.add_argument("--dry-run", action="store_true", help="resolve vars and evaluate every guard; change nothing")
+    p.add_argument("--host", help="default host for steps without their own (overrides the runbook's host)")
+    p.add_argument("--new-run", action="store_true", help="start a new run instead of resuming the latest")
+    p.add_argument("--quiet", action="store_true", help="do not stream job logs")
+    p.add_argument("--trust-host", action="append", metavar="SHA256:FINGERPRINT",
+                   help="trust this host key on first contact (recorded in known_hosts)")
+    p.add_argument("--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts)")
+    p.add_argument("--ssh-config", help="ssh config file (default ~/.ssh/config)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("status", parents=[common], help="show a run's steps (default: the latest run)")
+    p.add_argument("run", nargs="?")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("audit", help="export or verify a run's audit log")
+    asub = p.add_subparsers(dest="audit_command", required=True)
+    e = asub.add_parser("export", parents=[common], help="export the audit log (default: the latest run)")
+    e.add_argument("run", nargs="?")
+    e.add_argument("--format", choices=("jsonl", "md", "csv"), default="md")
+    e.add_argument("-o", "--output")
+    e.set_defaults(func=cmd_audit)
+    v = asub.add_parser("verify", parents=[common], help="verify the hash chain (default: the latest run)")
+    v.add_argument("run", nargs="?")
+    v.set_defaults(func=cmd_audit)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: 2 on bad usage, 0 on --help
+        return int(exc.code or 0)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

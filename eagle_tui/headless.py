@@ -1,0 +1,208 @@
+"""`--auto` output: the todo list with live states, streamed job logs and progress, in plain text
+when stdout is not a terminal (CI logs) and as a live Rich display when it is."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from runbook.events import (
+    BLOCKED,
+    CANCELLED,
+    FAILED,
+    LOST,
+    PENDING,
+    RUNNING,
+    SKIPPED,
+    SUCCEEDED,
+    ConnectionChanged,
+    Event,
+    GuardsEvaluated,
+    LogChunk,
+    Notice,
+    ProgressUpdate,
+    RunFinished,
+    RunStarted,
+    StepChanged,
+)
+from runbook.units import format_duration
+
+ICONS = {PENDING: "·", BLOCKED: "⏸", RUNNING: "▶", SUCCEEDED: "✓", FAILED: "✗", LOST: "?",
+         CANCELLED: "⊘", SKIPPED: "↷"}
+STYLES = {PENDING: "dim", BLOCKED: "yellow", RUNNING: "cyan", SUCCEEDED: "green", FAILED: "red",
+          LOST: "magenta", CANCELLED: "red", SKIPPED: "blue"}
+
+
+def progress_text(rec: dict[str, Any]) -> str:
+    """`merge 12,000/37,312 records · 5,210/s · ETA 4s` from an eagle3 progress record."""
+    if rec.get("kind") == "result":
+        return "done"
+    done, total, unit = rec.get("done"), rec.get("total"), rec.get("unit", "")
+    parts = [str(rec.get("stage", ""))]
+    if total:
+        pct = 100.0 * float(done or 0) / float(total)
+        parts.append(f"{done:,}/{total:,} {unit} ({pct:.0f}%)")
+    elif done is not None:
+        parts.append(f"{done:,} {unit}")
+    if rec.get("rate"):
+        parts.append(f"{float(rec['rate']):,.1f}/s")
+    if rec.get("eta_s") is not None:
+        parts.append(f"ETA {format_duration(float(rec['eta_s']))}")
+    return " · ".join(p for p in parts if p)
+
+
+class HeadlessView:
+    def __init__(self, step_titles: dict[str, str], console: Console | None = None, show_logs: bool = True) -> None:
+        self.console = console or Console(stderr=False, highlight=False)
+        self.live_mode = self.console.is_terminal
+        self.titles = step_titles
+        self.status = {sid: PENDING for sid in step_titles}
+        self.reasons: dict[str, str | None] = {}
+        self.started: dict[str, float] = {}
+        self.durations: dict[str, float] = {}
+        self.progress: dict[str, str] = {}
+        self.connection = ""
+        self.show_logs = show_logs
+        self._partial: dict[str, str] = {}
+        self.live: Live | None = None
+
+    # -------------------------------------------------------------- lifecycle
+    def __enter__(self) -> HeadlessView:
+        if self.live_mode:
+            self.live = Live(self._render(), console=self.console, refresh_per_second=8, transient=True)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(None, None, None)
+            self.live = None
+        self._flush_partials()
+
+    def _print(self, renderable: Any) -> None:
+        if self.live is not None:
+            self.live.console.print(renderable)
+        else:
+            self.console.print(renderable)
+
+    def _refresh(self) -> None:
+        if self.live is not None:
+            self.live.update(self._render())
+
+    def _render(self) -> Any:
+        table = Table.grid(padding=(0, 1))
+        for sid, title in self.titles.items():
+            st = self.status[sid]
+            dur = self.durations.get(sid)
+            if st == RUNNING and sid in self.started:
+                dur = time.monotonic() - self.started[sid]
+            extra = self.progress.get(sid, "") if st == RUNNING else (self.reasons.get(sid) or "")
+            table.add_row(Text(ICONS[st], style=STYLES[st]), Text(sid, style="bold" if st == RUNNING else ""),
+                          Text(title, style="dim" if st == PENDING else ""),
+                          Text(format_duration(dur) if dur else "", style="dim"), Text(extra, style="dim"))
+        parts: list[Any] = [table]
+        if self.connection:
+            parts.append(Text(self.connection, style="yellow"))
+        return Group(*parts)
+
+    # -------------------------------------------------------------- events
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, RunStarted):
+            how = "resumed" if event.resumed else "new"
+            self._print(Text.from_markup(f"[bold]eagle-tui[/] ▸ run [bold]{escape(event.run_id)}[/] ({how}) · "
+                                         f"runbook {escape(event.runbook)} · state {escape(event.state_dir)}"))
+        elif isinstance(event, StepChanged):
+            self._on_step(event)
+        elif isinstance(event, GuardsEvaluated):
+            for r in event.results:
+                if not r.get("ok") or event.phase == "dry_run":
+                    mark = "[green]✓[/]" if r.get("ok") else "[red]✗[/]"
+                    self._print(Text.from_markup(f"  {mark} {escape(event.step_id)} {event.phase} "
+                                                 f"{escape(str(r.get('check')))}: {escape(str(r.get('message')))}"))
+        elif isinstance(event, LogChunk):
+            if self.show_logs:
+                self._log(event.step_id, event.text)
+        elif isinstance(event, ProgressUpdate):
+            self.progress[event.step_id] = progress_text(event.record)
+            if not self.live_mode and event.record.get("kind") == "progress":
+                pass  # the progress line itself is already in the streamed log
+        elif isinstance(event, ConnectionChanged):
+            if event.state in ("reconnecting", "failed"):
+                self.connection = f"{event.host}: {event.state} (attempt {event.attempt})" + (
+                    f": {event.message}" if event.message else "")
+                self._print(Text(self.connection, style="yellow" if event.state == "reconnecting" else "red"))
+            elif event.state == "connected":
+                if self.connection:
+                    self._print(Text(f"{event.host}: connected", style="green"))
+                self.connection = ""
+        elif isinstance(event, Notice):
+            style = {"warning": "yellow", "error": "red"}.get(event.level, "dim")
+            self._print(Text(event.message, style=style))
+        elif isinstance(event, RunFinished):
+            self._flush_partials()
+        self._refresh()
+
+    def _on_step(self, event: StepChanged) -> None:
+        sid, st = event.step_id, event.status
+        if sid not in self.status:
+            return
+        prev = self.status[sid]
+        self.status[sid] = st
+        self.reasons[sid] = event.reason if not event.message else f"{event.reason}: {event.message}"
+        if st == RUNNING:
+            self.started[sid] = time.monotonic()
+            self.progress.pop(sid, None)
+            self._print(Text.from_markup(f"[cyan]▶[/] [bold]{escape(sid)}[/] {escape(self.titles[sid])}"))
+        elif prev != st or st != PENDING:
+            if sid in self.started:
+                self.durations[sid] = time.monotonic() - self.started.pop(sid)
+            if st == PENDING and prev == PENDING:
+                return
+            self._flush_partial(sid)
+            dur = self.durations.get(sid)
+            tail = f" ({escape(self.reasons[sid] or '')})" if self.reasons[sid] else ""
+            self._print(Text.from_markup(f"[{STYLES[st]}]{ICONS[st]} {escape(sid)} {st}[/]{tail}"
+                                         + (f" [dim]{format_duration(dur)}[/]" if dur else "")))
+
+    def _log(self, step_id: str, text: str) -> None:
+        buf = self._partial.get(step_id, "") + text
+        *lines, rest = buf.split("\n")
+        self._partial[step_id] = rest
+        for line in lines:
+            self._print(Text(f"  {step_id} │ ", style="dim") + Text(line))
+
+    def _flush_partial(self, step_id: str) -> None:
+        rest = self._partial.pop(step_id, "")
+        if rest:
+            self._print(Text(f"  {step_id} │ ", style="dim") + Text(rest))
+
+    def _flush_partials(self) -> None:
+        for sid in list(self._partial):
+            self._flush_partial(sid)
+
+    def summary(self, code: int, audit_path: str, head_seq: int, head_hash: str) -> None:
+        table = Table(title="summary", show_header=True, header_style="bold")
+        for col in ("", "step", "status", "reason", "duration"):
+            table.add_column(col)
+        for sid in self.titles:
+            st = self.status[sid]
+            dur = self.durations.get(sid)
+            table.add_row(Text(ICONS[st], style=STYLES[st]), sid, Text(st, style=STYLES[st]),
+                          self.reasons.get(sid) or "", format_duration(dur) if dur else "")
+        self.console.print(table)
+        self.console.print(f"audit: {audit_path}")
+        self.console.print(f"audit head: seq {head_seq} sha256 {head_hash}")
+        meaning = {0: "all steps done", 1: "a step failed or was lost", 3: "blocked: a guard failed or a "
+                   "confirmation was needed"}.get(code, "")
+        self.console.print(f"exit {code}: {meaning}")
+
+
+def stderr_console() -> Console:
+    return Console(file=sys.stderr, highlight=False)

@@ -1,0 +1,308 @@
+"""Client of the remote agent's JSON-lines protocol (remote_agent/PROTOCOL.md), with a per-host
+session that reconnects after a lost connection and resumes every log cursor.
+
+`AgentConnection` is one live channel: requests with ids, responses matched to futures, events
+dispatched to subscribers. `HostSession` owns the connection to one host: it connects lazily,
+reconnects with exponential backoff and jitter (never for permanent errors such as a refused host
+key), and re-issues calls that were cut by a disconnect. Every op is safe to repeat: `job.start`
+answers `exists` on a repeat, which the engine treats as "already launched".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from runbook.transports import Endpoint, Transport, TransportError
+
+PROTOCOL_VERSION = 1
+CLIENT_NAME = "eagle-tui"
+
+
+class AgentError(Exception):
+    """The agent answered with an error."""
+
+    def __init__(self, type_: str, message: str) -> None:
+        super().__init__(f"{type_}: {message}")
+        self.type = type_
+        self.message = message
+
+
+class ConnectionLost(Exception):
+    pass
+
+
+def decode_data(text: str) -> bytes:
+    """Log data travels as surrogate-escaped UTF-8; this gives back the exact bytes."""
+    return text.encode("utf-8", "surrogateescape")
+
+
+EventHandler = Callable[[dict[str, Any]], None]
+
+
+class AgentConnection:
+    def __init__(self, channel: Any) -> None:
+        self.channel = channel
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future] = {}
+        self._handlers: list[EventHandler] = []
+        self._reader_task: asyncio.Task | None = None
+        self.closed = asyncio.Event()
+        self.hello: dict[str, Any] = {}
+
+    def start(self) -> None:
+        self._reader_task = asyncio.ensure_future(self._read_loop())
+
+    def subscribe(self, handler: EventHandler) -> Callable[[], None]:
+        self._handlers.append(handler)
+        return lambda: self._handlers.remove(handler) if handler in self._handlers else None
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                line = await self.channel.reader.readline()
+                if not line:
+                    break
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue  # not ours (e.g. a stray print on a remote login shell)
+                if not isinstance(msg, dict):
+                    continue
+                if "event" in msg:
+                    for handler in list(self._handlers):
+                        handler(msg)
+                    continue
+                fut = self._pending.pop(msg.get("id"), None)
+                if fut is not None and not fut.done():
+                    fut.set_result(msg)
+        except (ConnectionError, asyncio.IncompleteReadError, OSError, ValueError):
+            pass
+        except asyncio.CancelledError:
+            raise
+        finally:
+            self.closed.set()
+            for fut in self._pending.values():
+                if not fut.done():
+                    fut.set_exception(ConnectionLost("connection to the agent was lost"))
+            self._pending.clear()
+            for handler in list(self._handlers):
+                handler({"event": "_closed"})
+
+    async def call(self, op: str, timeout: float | None = None, **args: Any) -> dict[str, Any]:
+        if self.closed.is_set():
+            raise ConnectionLost("connection to the agent is closed")
+        rid = next(self._ids)
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        try:
+            self.channel.write((json.dumps({"id": rid, "op": op, "args": args}) + "\n").encode())
+            await self.channel.drain()
+        except (ConnectionError, OSError, RuntimeError) as exc:
+            self._pending.pop(rid, None)
+            raise ConnectionLost(str(exc)) from exc
+        try:
+            msg = await (asyncio.wait_for(fut, timeout) if timeout else fut)
+        finally:
+            self._pending.pop(rid, None)
+        if msg.get("ok"):
+            return msg.get("result") or {}
+        err = msg.get("error") or {}
+        raise AgentError(err.get("type", "internal"), err.get("message", "unknown error"))
+
+    async def close(self) -> None:
+        if self._reader_task:
+            self._reader_task.cancel()
+            try:
+                await self._reader_task
+            except (asyncio.CancelledError, Exception):
+                pass
+        await self.channel.close()
+        self.closed.set()
+
+
+StatusCallback = Callable[[str, int, str | None], None]  # state, attempt, message
+
+
+class HostSession:
+    """The engine's handle on one host. Survives disconnects; see module docstring."""
+
+    def __init__(
+        self,
+        name: str,
+        transport: Transport,
+        on_status: StatusCallback | None = None,
+        max_backoff: float = 30.0,
+        max_attempts: int | None = None,
+    ) -> None:
+        self.name = name
+        self.transport = transport
+        self.on_status = on_status or (lambda *a: None)
+        self.max_backoff = max_backoff
+        self.max_attempts = max_attempts
+        self.conn: AgentConnection | None = None
+        self._connect_lock = asyncio.Lock()
+        self._event_handlers: list[EventHandler] = []
+        self.hello: dict[str, Any] = {}
+        self.reconnects = 0
+        self._closing = False
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return self.transport.endpoint
+
+    def subscribe(self, handler: EventHandler) -> Callable[[], None]:
+        """Events from every connection this session will have (handlers survive reconnects)."""
+        self._event_handlers.append(handler)
+        if self.conn is not None:
+            self.conn.subscribe(handler)
+        return lambda: self._unsubscribe(handler)
+
+    def _unsubscribe(self, handler: EventHandler) -> None:
+        if handler in self._event_handlers:
+            self._event_handlers.remove(handler)
+        if self.conn is not None and handler in self.conn._handlers:
+            self.conn._handlers.remove(handler)
+
+    async def connection(self) -> AgentConnection:
+        if self.conn is not None and not self.conn.closed.is_set():
+            return self.conn
+        async with self._connect_lock:
+            if self.conn is not None and not self.conn.closed.is_set():
+                return self.conn
+            self.conn = await self._connect_with_retry()
+            return self.conn
+
+    async def _connect_once(self) -> AgentConnection:
+        channel = await self.transport.open()
+        conn = AgentConnection(channel)
+        conn.start()
+        try:
+            hello = await conn.call("hello", timeout=60, protocol=PROTOCOL_VERSION, client=CLIENT_NAME)
+        except AgentError as exc:
+            await conn.close()
+            raise TransportError(f"agent handshake failed: {exc.message}", permanent=exc.type == "protocol") from exc
+        except (ConnectionLost, asyncio.TimeoutError) as exc:
+            await conn.close()
+            raise TransportError(f"agent did not answer the handshake: {exc}") from exc
+        conn.hello = self.hello = hello
+        for handler in self._event_handlers:
+            conn.subscribe(handler)
+        return conn
+
+    async def _connect_with_retry(self) -> AgentConnection:
+        attempt = 0
+        first = self.conn is None
+        while True:
+            attempt += 1
+            state = "connecting" if first else "reconnecting"
+            self.on_status(state, attempt, None)
+            try:
+                conn = await self._connect_once()
+            except TransportError as exc:
+                if exc.permanent or self._closing:
+                    self.on_status("failed", attempt, str(exc))
+                    raise
+                if self.max_attempts is not None and attempt >= self.max_attempts:
+                    self.on_status("failed", attempt, str(exc))
+                    raise
+                delay = min(self.max_backoff, 0.5 * 2 ** min(attempt - 1, 10))
+                delay *= 0.5 + random.random()  # jitter: many clients must not retry in lockstep
+                self.on_status(state, attempt, f"{exc}; retrying in {delay:.1f}s")
+                await asyncio.sleep(delay)
+                continue
+            if not first:
+                self.reconnects += 1
+            self.on_status("connected", attempt, None)
+            return conn
+
+    async def call(self, op: str, timeout: float | None = None, **args: Any) -> dict[str, Any]:
+        """Call `op`, reconnecting and repeating it if the connection drops mid-call."""
+        while True:
+            conn = await self.connection()
+            try:
+                return await conn.call(op, timeout=timeout, **args)
+            except ConnectionLost:
+                if self._closing:
+                    raise
+                continue
+
+    async def follow_job(
+        self,
+        job_id: str,
+        offset: int,
+        on_data: Callable[[int, int, bytes], Awaitable[None] | None],
+    ) -> dict[str, Any]:
+        """Stream a job's log from `offset` until it ends; survives reconnects.
+
+        `on_data(offset, next_offset, data)` is called in order, exactly once per byte range;
+        returns the job_end event (with `exit` and `log_size`).
+        """
+        cursor = offset
+        while True:
+            conn = await self.connection()
+            queue: asyncio.Queue = asyncio.Queue()
+
+            def handler(msg: dict[str, Any], q: asyncio.Queue = queue) -> None:
+                if msg.get("event") == "_closed" or msg.get("job_id") == job_id:
+                    q.put_nowait(msg)
+
+            unsubscribe = conn.subscribe(handler)
+            try:
+                try:
+                    await conn.call("job.watch", job_id=job_id, offset=cursor)
+                except ConnectionLost:
+                    continue
+                while True:
+                    msg = await queue.get()
+                    ev = msg.get("event")
+                    if ev == "_closed":
+                        break  # reconnect and watch again from the cursor
+                    if ev == "log":
+                        start, end = int(msg["offset"]), int(msg["next_offset"])
+                        if end <= cursor:
+                            continue  # already delivered (a watch racing a reconnect)
+                        data = decode_data(msg.get("data", ""))
+                        if start < cursor:  # overlap: keep only the new bytes
+                            data = data[cursor - start :]
+                            start = cursor
+                        if start != cursor:
+                            raise AgentError("protocol", f"log gap for {job_id}: expected offset {cursor}, got {start}")
+                        result = on_data(start, end, data)
+                        if asyncio.iscoroutine(result):
+                            await result
+                        cursor = end
+                    elif ev == "job_end":
+                        size = int(msg.get("log_size", cursor))
+                        while cursor < size:  # by protocol never needed; cheap insurance
+                            chunk = await conn.call("job.read", job_id=job_id, offset=cursor)
+                            data = decode_data(chunk.get("data", ""))
+                            if not data:
+                                break
+                            end = int(chunk["next_offset"])
+                            result = on_data(cursor, end, data)
+                            if asyncio.iscoroutine(result):
+                                await result
+                            cursor = end
+                        return msg
+            finally:
+                unsubscribe()
+                if conn is not None and not conn.closed.is_set():
+                    try:
+                        await conn.call("job.unwatch", timeout=10, job_id=job_id)
+                    except (AgentError, ConnectionLost, asyncio.TimeoutError):
+                        pass
+
+    async def close(self) -> None:
+        self._closing = True
+        if self.conn is not None:
+            try:
+                await asyncio.wait_for(self.conn.call("shutdown"), 5)
+            except (AgentError, ConnectionLost, asyncio.TimeoutError, Exception):
+                pass
+            await self.conn.close()
+        await self.transport.close()

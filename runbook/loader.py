@@ -1,0 +1,375 @@
+"""Load a runbook: YAML with positions -> interpolation -> schema -> cross-step checks.
+
+Every problem is a RunbookError whose message reads `file:line:col: where: what to fix`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from runbook.interpolate import InterpolationError, as_text, placeholders, resolve_vars, substitute
+from runbook.schema import CHECK_TYPES, Runbook, StepSucceeded
+from runbook.yaml_source import Pos, SourceDoc, YamlError, load_yaml
+
+BUILTIN_VARS = ("run_id", "runbook_dir", "state_dir")
+_CHECK_LISTS = ("preconditions", "postconditions", "skip_if")
+
+
+class RunbookError(Exception):
+    """A runbook that cannot be used, with every problem found (each located)."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = list(problems)
+
+
+@dataclass(frozen=True)
+class LoadedRunbook:
+    runbook: Runbook
+    path: Path
+    sha256: str  # of the file's bytes: recorded in the audit
+    vars: dict[str, str]  # resolved, secrets never included
+    source: SourceDoc
+
+    def where(self, *path: str | int) -> str:
+        pos = self.source.where(tuple(path))
+        return f"{self.path}:{pos.line}:{pos.col}"
+
+
+def _loc(path: tuple[str | int, ...]) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "(top level)"
+
+
+class _Problems:
+    def __init__(self, doc: SourceDoc) -> None:
+        self.doc, self.items = doc, []
+
+    def add(self, path: tuple[str | int, ...], message: str, key: bool = False) -> None:
+        pos: Pos = self.doc.where(path, key=key)
+        self.items.append(f"{self.doc.file}:{pos.line}:{pos.col}: {_loc(path)}: {message}")
+
+
+def parse_overrides(pairs: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise RunbookError([f"--set {pair!r}: write --set name=value"])
+        out[name.strip()] = value
+    return out
+
+
+def _is_shell_context(path: tuple[str | int, ...]) -> bool:
+    """`run:` strings of steps and of command checks are shell; everything else is plain text."""
+    return bool(path) and path[-1] == "run"
+
+
+def _interpolate_tree(
+    data: Any,
+    path: tuple[str | int, ...],
+    values: Mapping[str, str],
+    secrets: Mapping[str, Any],
+    problems: _Problems,
+) -> Any:
+    if isinstance(data, dict):
+        return {k: _interpolate_tree(v, path + (k,), values, secrets, problems) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_interpolate_tree(v, path + (i,), values, secrets, problems) for i, v in enumerate(data)]
+    if not isinstance(data, str):
+        return data
+    shell = _is_shell_context(path)
+
+    def lookup(name: str) -> str:
+        if name in secrets:
+            raise InterpolationError(
+                f"secret {name!r} can only be passed to a step through env (env: {{VAR: ${{{name}}}}}), "
+                "never in a command line or other field"
+            )
+        if name not in values:
+            hint = " (for a shell variable write $NAME or $${NAME})" if shell else ""
+            known = ", ".join(sorted(values)) or "none"
+            raise InterpolationError(f"undefined variable {name!r}{hint}; defined: {known}")
+        return values[name]
+
+    try:
+        return substitute(data, lookup, shell=shell)
+    except InterpolationError as exc:
+        problems.add(path, str(exc.args[0]))
+        return data
+
+
+def _split_secret_env(step: dict, index: int, secrets: Mapping[str, Any], problems: _Problems) -> None:
+    """`env: {X: ${SECRET}}` moves to secret_env; a secret mixed into a longer value is refused."""
+    env = step.get("env")
+    if not isinstance(env, dict):
+        return
+    secret_env = {}
+    for var, value in list(env.items()):
+        if not isinstance(value, str):
+            continue
+        try:
+            names = placeholders(value)
+        except InterpolationError:
+            continue  # reported by the interpolation pass
+        used = [n for n in names if n in secrets]
+        if not used:
+            continue
+        if value != f"${{{used[0]}}}" or len(names) != 1:
+            problems.add(("steps", index, "env", var), f"a secret must be the whole value: write {var}: ${{{used[0]}}}")
+            continue
+        secret_env[var] = used[0]
+        del env[var]
+    if secret_env:
+        step["secret_env"] = secret_env
+
+
+def _allowed_keys(body: Any, path: tuple[str | int, ...]) -> list[str]:
+    """The keys the schema accepts in the mapping that holds `path`'s last key."""
+    from runbook import schema
+
+    parent = path[:-1]
+    model: Any = None
+    if len(parent) == 0:
+        model = schema.Runbook
+    elif parent[0] == "steps" and len(parent) == 2:
+        model = schema.Step
+    elif parent[0] == "steps" and len(parent) == 3 and parent[2] == "retry":
+        model = schema.Retry
+    elif parent[0] == "steps" and len(parent) == 4 and parent[2] in _CHECK_LISTS:
+        node = body
+        for p in parent:
+            node = node[p]
+        kind = node.get("check") if isinstance(node, dict) else None
+        for m in schema.Check.__args__[0].__args__:
+            if m.model_fields["check"].annotation.__args__[0] == kind:
+                model = m
+    if model is None:
+        return []
+    return [k for k in model.model_fields if k not in ("secret_env",)]
+
+
+def _friendly(err: dict[str, Any], body: Any = None, path: tuple[str | int, ...] = ()) -> str:
+    kind, msg = err["type"], err["msg"]
+    ctx = err.get("ctx") or {}
+    if kind == "extra_forbidden":
+        import difflib
+
+        allowed = _allowed_keys(body, path)
+        key = path[-1] if path else "?"
+        close = difflib.get_close_matches(str(key), allowed, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        listing = f" (allowed here: {', '.join(allowed)})" if allowed else ""
+        return f"unknown key {key!r}{hint}{listing}"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "union_tag_invalid":
+        return f"unknown check type {ctx.get('tag')!r}; use one of: {', '.join(CHECK_TYPES)}"
+    if kind == "union_tag_not_found":
+        return f"each check needs a `check:` key naming its type ({', '.join(CHECK_TYPES)})"
+    if kind == "string_pattern_mismatch":
+        return f"invalid value (must match {ctx.get('pattern')})"
+    if msg.startswith("Value error, "):
+        return msg[len("Value error, ") :]
+    return msg[0].lower() + msg[1:] if msg else kind
+
+
+def _data_path(data: Any, loc: Sequence[Any]) -> tuple[tuple[str | int, ...], bool]:
+    """Map a pydantic error location onto the data tree, skipping union tags; (path, key-missing)."""
+    path: list[str | int] = []
+    node = data
+    for i, item in enumerate(loc):
+        if isinstance(node, dict) and item in node or isinstance(node, list) and isinstance(item, int) and 0 <= item < len(node):
+            path.append(item)
+            node = node[item]
+        elif isinstance(node, dict) and isinstance(item, str) and i == len(loc) - 1:
+            path.append(item)  # a missing or unknown key: point at its parent mapping
+            return tuple(path), True
+    return tuple(path), False
+
+
+def load_text(
+    text: str,
+    file: str,
+    overrides: Mapping[str, str] | None = None,
+    run_id: str = "RUN_ID",
+    state_dir: str = "STATE_DIR",
+) -> LoadedRunbook:
+    try:
+        doc = load_yaml(text, file)
+    except YamlError as exc:
+        raise RunbookError([str(exc)]) from None
+    problems = _Problems(doc)
+    data = doc.data
+    if not isinstance(data, dict):
+        problems.add((), "a runbook is a mapping with at least `name` and `steps`")
+        raise RunbookError(problems.items)
+
+    raw_vars = data.get("vars") or {}
+    raw_secrets = data.get("secrets") or {}
+    if not isinstance(raw_vars, dict):
+        problems.add(("vars",), "vars must be a mapping of name: value")
+        raw_vars = {}
+    if not isinstance(raw_secrets, dict):
+        problems.add(("secrets",), "secrets must be a mapping of name: {env: ENV_VAR}")
+        raw_secrets = {}
+    for name, value in raw_vars.items():
+        if name in BUILTIN_VARS:
+            problems.add(("vars", name), f"{name!r} is a built-in variable; choose another name", key=True)
+        elif name in raw_secrets:
+            problems.add(("vars", name), f"{name!r} is both a variable and a secret", key=True)
+        elif not isinstance(value, (str, int, float, bool)):
+            problems.add(("vars", name), "a variable's value must be a string, number or boolean")
+    merged = {k: v for k, v in raw_vars.items() if isinstance(v, (str, int, float, bool))}
+    # --set values are literal: never interpolated, so `${` in a value stays text
+    literal = {"run_id": run_id, "runbook_dir": str(Path(file).resolve().parent), "state_dir": state_dir}
+    for name, value in (overrides or {}).items():
+        if name not in raw_vars:
+            known = ", ".join(sorted(raw_vars)) or "none"
+            problems.items.append(f"--set {name}: no such variable in {file} (declared: {known})")
+        else:
+            merged[name] = literal[name] = value
+    values: dict[str, str] = {}
+    try:
+        values = resolve_vars({k: v for k, v in merged.items() if k not in literal}, literal)
+    except InterpolationError as exc:
+        var = exc.args[1] if len(exc.args) > 1 else None
+        problems.add(("vars", var) if var in raw_vars else ("vars",), str(exc.args[0]))
+
+    body = {k: v for k, v in data.items() if k not in ("vars", "secrets")}
+    steps = body.get("steps")
+    if isinstance(steps, list):
+        for i, step in enumerate(steps):
+            if isinstance(step, dict):
+                _split_secret_env(step, i, raw_secrets, problems)
+    if not problems.items:
+        body = _interpolate_tree(body, (), values, raw_secrets, problems)
+    if problems.items:
+        raise RunbookError(problems.items)
+
+    body["vars"] = merged
+    body["secrets"] = raw_secrets
+    try:
+        runbook = Runbook.model_validate(body)
+    except ValidationError as exc:
+        for err in exc.errors():
+            path, _ = _data_path(body, err["loc"])
+            problems.add(path, _friendly(err, body, path), key=err["type"] == "extra_forbidden")
+        raise RunbookError(problems.items) from None
+
+    _cross_checks(runbook, problems)
+    if problems.items:
+        raise RunbookError(problems.items)
+    return LoadedRunbook(
+        runbook=runbook,
+        path=Path(file),
+        sha256=hashlib.sha256(text.encode()).hexdigest(),
+        vars={k: v for k, v in values.items() if k in raw_vars},  # builtins and secrets excluded
+        source=doc,
+    )
+
+
+def _cross_checks(rb: Runbook, problems: _Problems) -> None:
+    ids: dict[str, int] = {}
+    for i, step in enumerate(rb.steps):
+        if step.id in ids:
+            problems.add(("steps", i, "id"), f"duplicate step id {step.id!r} (first at steps[{ids[step.id]}])")
+        else:
+            ids[step.id] = i
+    for i, step in enumerate(rb.steps):
+        for j, req in enumerate(step.requires):
+            if req not in ids:
+                problems.add(("steps", i, "requires", j), f"unknown step {req!r}")
+            elif req == step.id:
+                problems.add(("steps", i, "requires", j), "a step cannot require itself")
+        for field in _CHECK_LISTS:
+            for j, check in enumerate(getattr(step, field)):
+                if isinstance(check, StepSucceeded) and check.step not in ids:
+                    problems.add(("steps", i, field, j, "step"), f"unknown step {check.step!r}")
+    for j, sid in enumerate(rb.auto_confirm):
+        if sid not in ids:
+            problems.add(("auto_confirm", j), f"unknown step {sid!r}")
+        elif not rb.steps[ids[sid]].destructive:
+            problems.add(("auto_confirm", j), f"step {sid!r} is not destructive; auto_confirm lists destructive steps only")
+    cycle = _find_cycle(rb)
+    if cycle:
+        i = ids[cycle[0]]
+        problems.add(("steps", i, "requires"), "requires form a cycle: " + " -> ".join(cycle))
+
+
+def _find_cycle(rb: Runbook) -> list[str] | None:
+    graph = {s.id: [r for r in s.requires if r != s.id] for s in rb.steps}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in graph.get(node, []):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt) :] + [nxt]
+            if nxt in graph and state.get(nxt) is None:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in graph:
+        if state.get(node) is None:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def load_runbook(
+    path: Path | str,
+    overrides: Mapping[str, str] | None = None,
+    run_id: str = "RUN_ID",
+    state_dir: Path | str = "STATE_DIR",
+) -> LoadedRunbook:
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise RunbookError([f"{path}: cannot read runbook: {exc.strerror or exc}"]) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RunbookError([f"{path}:1:1: not UTF-8 text ({exc.reason})"]) from None
+    return load_text(text, str(path), overrides, run_id, str(state_dir))
+
+
+def runbook_name(path: Path | str) -> str:
+    """The runbook's `name` without full validation (to find the run to resume)."""
+    loaded = load_runbook(path)
+    return loaded.runbook.name
+
+
+def read_secrets(rb: Runbook, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Secret values from the local environment; a missing required one is an error."""
+    environ = os.environ if environ is None else environ
+    values, missing = {}, []
+    for name, ref in rb.secrets.items():
+        if ref.env in environ:
+            values[name] = environ[ref.env]
+        elif ref.required:
+            missing.append(f"secret {name!r}: set the environment variable {ref.env}")
+    if missing:
+        raise RunbookError(missing)
+    return values
+
+
+def text_of(value: object) -> str:
+    return as_text(value)

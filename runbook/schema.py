@@ -1,0 +1,262 @@
+"""The runbook schema (pydantic v2). Unknown keys are rejected everywhere.
+
+These models hold *interpolated* values (see interpolate.py); sizes and durations are already
+converted to bytes and seconds. Checks are a discriminated union on `check`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+from runbook.units import parse_duration, parse_size
+
+Size = Annotated[int, BeforeValidator(parse_size)]
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+STEP_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Command = str | list[str]  # shell string (values already quoted) or argv
+
+
+def _nonempty_command(v: Any) -> Any:
+    if isinstance(v, str) and not v.strip():
+        raise ValueError("empty command")
+    if isinstance(v, list) and not v:
+        raise ValueError("empty argv list")
+    return v
+
+
+# ---------------------------------------------------------------- checks (guards)
+class _Check(_Strict):
+    title: str | None = None  # optional human label shown next to the observed value
+
+    def probe(self) -> dict[str, Any]:
+        """The dict the agent's `probe` op takes (sizes in bytes, durations in seconds)."""
+        return self.model_dump(exclude={"title"})
+
+
+class PathExists(_Check):
+    check: Literal["path_exists"]
+    path: str
+
+
+class PathAbsent(_Check):
+    check: Literal["path_absent"]
+    path: str
+
+
+class Sha256(_Check):
+    check: Literal["sha256"]
+    path: str
+    any_of: list[Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]] = Field(min_length=1)
+
+
+class DiskFree(_Check):
+    check: Literal["disk_free"]
+    path: str
+    min: Size
+
+    def probe(self) -> dict[str, Any]:
+        return {"check": self.check, "path": self.path, "min_bytes": self.min}
+
+
+class DirSize(_Check):
+    check: Literal["dir_size"]
+    path: str
+    min: Size | None = None
+    max: Size | None = None
+
+    @model_validator(mode="after")
+    def _bound(self) -> DirSize:
+        if self.min is None and self.max is None:
+            raise ValueError("dir_size needs min, max or both")
+        return self
+
+    def probe(self) -> dict[str, Any]:
+        return {"check": self.check, "path": self.path, "min_bytes": self.min, "max_bytes": self.max}
+
+
+class JsonlRecords(_Check):
+    check: Literal["jsonl_records"]
+    path: str
+    count: int | None = None
+    min: int | None = None
+    max: int | None = None
+    field: str | None = None  # sum the lengths of this list field...
+    field_len_sum: int | None = None  # ...and require this total
+
+    @model_validator(mode="after")
+    def _bound(self) -> JsonlRecords:
+        if self.count is None and self.min is None and self.max is None and self.field_len_sum is None:
+            raise ValueError("jsonl_records needs count, min, max or field_len_sum")
+        if (self.field is None) != (self.field_len_sum is None):
+            raise ValueError("give field and field_len_sum together")
+        return self
+
+
+class Manifest(_Check):
+    check: Literal["manifest"]
+    path: str
+    expect: dict[str, Any] = Field(default_factory=dict)
+    file_key: str = "file"
+    sha_key: str = "sha256"
+
+
+class StepSucceeded(_Check):
+    """Engine-side: the step succeeded in this run, or in an earlier run within `within`."""
+
+    check: Literal["step_succeeded"]
+    step: str
+    within: Duration | None = None
+
+
+class CommandCheck(_Check):
+    check: Literal["command"]
+    run: Annotated[Command, BeforeValidator(_nonempty_command)]
+    cwd: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    timeout: Duration = 60.0
+    stdout_regex: str | None = None
+
+    @field_validator("stdout_regex")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as exc:
+                raise ValueError(f"invalid regular expression: {exc}") from None
+        return v
+
+    def probe(self) -> dict[str, Any]:
+        return {
+            "check": "command",
+            "argv": self.run if isinstance(self.run, list) else None,
+            "shell": self.run if isinstance(self.run, str) else None,
+            "cwd": self.cwd,
+            "env": dict(self.env),
+            "timeout_s": self.timeout,
+            "stdout_regex": self.stdout_regex,
+        }
+
+
+class HttpOk(_Check):
+    check: Literal["http_ok"]
+    url: Annotated[str, Field(pattern=r"^https?://")]
+    status: int = 200
+    timeout: Duration = 10.0
+
+    def probe(self) -> dict[str, Any]:
+        return {"check": self.check, "url": self.url, "status": self.status, "timeout_s": self.timeout}
+
+
+class GpuIdle(_Check):
+    check: Literal["gpu_idle"]
+    max_memory: Size = 1 << 30
+    max_util: int = 10
+
+    def probe(self) -> dict[str, Any]:
+        return {"check": self.check, "max_memory_mib": self.max_memory // (1 << 20), "max_util": self.max_util}
+
+
+Check = Annotated[
+    PathExists | PathAbsent | Sha256 | DiskFree | DirSize | JsonlRecords | Manifest | StepSucceeded | CommandCheck | HttpOk | GpuIdle,
+    Field(discriminator="check"),
+]
+CHECK_TYPES = (
+    "path_exists", "path_absent", "sha256", "disk_free", "dir_size", "jsonl_records", "manifest",
+    "step_succeeded", "command", "http_ok", "gpu_idle",
+)
+
+
+# ---------------------------------------------------------------- steps
+class Retry(_Strict):
+    max: int = Field(ge=1, le=100)
+    on: list[Literal["lost", "timeout"] | int] = Field(min_length=1)
+    backoff: Duration = 10.0  # first delay; doubles each attempt, capped at 10 minutes
+
+
+class Step(_Strict):
+    id: str
+    title: str
+    run: Annotated[Command | None, BeforeValidator(lambda v: v if v is None else _nonempty_command(v))] = None
+    requires: list[str] = Field(default_factory=list)
+    preconditions: list[Check] = Field(default_factory=list)
+    postconditions: list[Check] = Field(default_factory=list)
+    skip_if: list[Check] = Field(default_factory=list)
+    destructive: bool = False
+    confirm: str | None = None
+    timeout: Duration | None = None
+    retry: Retry | None = None
+    detach: bool = False
+    env: dict[str, str] = Field(default_factory=dict)
+    # env var name -> secret name; filled by the loader from `env: {X: ${SECRET}}`
+    secret_env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    host: str | None = None
+    artifacts: list[str] = Field(default_factory=list)  # files hashed into the audit on success
+
+    @field_validator("skip_if", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, dict) else v
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        if not STEP_ID_RE.match(v):
+            raise ValueError("step ids are 1-64 characters: letters, digits, '.', '_' or '-', starting with a letter or digit")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for name in v:
+            if not ENV_NAME_RE.match(name):
+                raise ValueError(f"invalid environment variable name {name!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _destructive(self) -> Step:
+        if self.destructive and not self.confirm:
+            raise ValueError("a destructive step needs `confirm:` (the prompt shown before it runs)")
+        if self.run is None and (self.detach or self.retry or self.timeout):
+            raise ValueError("detach, retry and timeout need `run:`")
+        return self
+
+
+class SecretRef(_Strict):
+    env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]  # read from this local env var
+    required: bool = True
+
+
+VarValue = str | int | float | bool
+
+
+class Runbook(_Strict):
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+    description: str = ""
+    vars: dict[str, VarValue] = Field(default_factory=dict)
+    secrets: dict[str, SecretRef] = Field(default_factory=dict)
+    host: str | None = None
+    auto_confirm: list[str] = Field(default_factory=list)
+    watch: list[str] = Field(default_factory=list)  # paths whose free space the cockpit shows
+    steps: list[Step] = Field(min_length=1)
+
+    def step(self, step_id: str) -> Step:
+        for s in self.steps:
+            if s.id == step_id:
+                return s
+        raise KeyError(step_id)
+
+    @property
+    def step_ids(self) -> list[str]:
+        return [s.id for s in self.steps]

@@ -1,0 +1,29 @@
+"""Choose the transport for a host name: `local` (the agent as a subprocess) or ssh."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from runbook.transports import Transport, TransportError
+from runbook.transports.local import LocalTransport
+
+
+def local_spool(state_dir: Path) -> Path:
+    return Path(os.environ.get("EAGLE_TUI_SPOOL") or Path(state_dir) / "spool")
+
+
+def make_transport_factory(state_dir: Path, options: Any = None) -> Callable[[str], Transport]:
+    def factory(host: str) -> Transport:
+        if host in ("local", "localhost-agent"):
+            state_dir.mkdir(parents=True, exist_ok=True)
+            return LocalTransport(local_spool(state_dir), agent_log=Path(state_dir) / "agent-local.log")
+        try:
+            from runbook.transports.ssh import SshTransport
+        except ImportError as exc:
+            raise TransportError(f"ssh transport unavailable: {exc}", permanent=True) from exc
+        return SshTransport.from_options(host, state_dir, options)
+
+    return factory

@@ -1,0 +1,77 @@
+"""Human units in runbooks: sizes (`500GiB`, `1.5 TB`, bytes) and durations (`90s`, `1h30m`, seconds)."""
+
+from __future__ import annotations
+
+import re
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+    "t": 1000**4, "tb": 1000**4, "p": 1000**5, "pb": 1000**5,
+    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4, "pib": 1024**5,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+_DUR_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d)")
+_DUR_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_size(value: object) -> int:
+    """Bytes from an int or a string like '500GiB' (binary) or '2TB' (decimal)."""
+    if isinstance(value, bool):
+        raise ValueError("a size must be a number of bytes or a string like '500GiB'")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("a size cannot be negative")
+        return value
+    if isinstance(value, float):
+        if value < 0 or value != value:
+            raise ValueError("a size cannot be negative")
+        return int(value)
+    if not isinstance(value, str):
+        raise ValueError("a size must be a number of bytes or a string like '500GiB'")
+    m = _SIZE_RE.match(value)
+    unit = m.group(2).lower() if m else None
+    if not m or unit not in _SIZE_UNITS:
+        raise ValueError(f"cannot read size {value!r}; write e.g. 500GiB, 2TB or 1048576")
+    return int(float(m.group(1)) * _SIZE_UNITS[unit])
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from a number or a string like '90s', '1h30m', '2d'."""
+    if isinstance(value, bool):
+        raise ValueError("a duration must be seconds or a string like '90s' or '1h30m'")
+    if isinstance(value, (int, float)):
+        if value < 0 or value != value:
+            raise ValueError("a duration cannot be negative")
+        return float(value)
+    if not isinstance(value, str):
+        raise ValueError("a duration must be seconds or a string like '90s' or '1h30m'")
+    text = value.strip().replace(" ", "")
+    pos, total = 0, 0.0
+    for m in _DUR_RE.finditer(text):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _DUR_UNITS[m.group(2)]
+        pos = m.end()
+    if pos != len(text) or not text:
+        raise ValueError(f"cannot read duration {value!r}; write e.g. 90s, 10m, 1h30m or 2d")
+    return total
+
+
+def format_size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"
+
+
+def format_duration(seconds: float) -> str:
+    s = int(round(seconds))
+    if s < 60:
+        return f"{seconds:.1f}s" if seconds < 10 else f"{s}s"
+    m, s = divmod(s, 60)
+    if m < 60:
+        return f"{m}m{s:02d}s"
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m"

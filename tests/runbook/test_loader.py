@@ -1,0 +1,153 @@
+"""Loader: interpolation, quoting, secrets, schema errors located at file:line:col."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+
+import pytest
+
+from runbook.loader import RunbookError, load_text
+from runbook.schema import DiskFree, StepSucceeded
+
+BASE = """\
+name: t
+vars:
+  root: /data
+  merged: ${root}/merged.jsonl
+  n: 5
+secrets:
+  KEY: {env: T_API_KEY}
+auto_confirm: [wipe]
+steps:
+  - id: prep
+    title: Prepare
+    run: echo ${merged} ${n}
+    env: {API_KEY: "${KEY}", PLAIN: "${root}"}
+    preconditions:
+      - {check: disk_free, path: "${root}", min: 1.5GiB}
+  - id: wipe
+    title: Wipe
+    run: [rm, -rf, "${root}/old"]
+    requires: [prep]
+    destructive: true
+    confirm: "delete ${root}/old?"
+    preconditions:
+      - {check: step_succeeded, step: prep, within: 2h}
+"""
+
+
+def problems(text: str, **kw) -> list[str]:
+    with pytest.raises(RunbookError) as info:
+        load_text(text, "rb.yaml", **kw)
+    return info.value.problems
+
+
+def test_valid_runbook_interpolates_and_quotes():
+    rb = load_text(BASE, "rb.yaml").runbook
+    prep, wipe = rb.steps
+    assert prep.run == "echo /data/merged.jsonl 5"
+    assert wipe.run == ["rm", "-rf", "/data/old"]
+    assert prep.env == {"PLAIN": "/data"}
+    assert prep.secret_env == {"API_KEY": "KEY"}  # the secret's value never enters the model
+    check = prep.preconditions[0]
+    assert isinstance(check, DiskFree) and check.min == int(1.5 * 2**30)
+    assert check.probe() == {"check": "disk_free", "path": "/data", "min_bytes": int(1.5 * 2**30)}
+    within = wipe.preconditions[0]
+    assert isinstance(within, StepSucceeded) and within.within == 7200.0
+    assert wipe.confirm == "delete /data/old?"
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    ["/x; touch /tmp/pwned", "$(touch /tmp/pwned)", "`id`", "a'b\"c", "x\ny", "-rf /", "${root}", "*"],
+)
+def test_override_values_cannot_inject_shell(hostile, tmp_path):
+    rb = load_text(BASE, "rb.yaml", overrides={"root": hostile}).runbook
+    cmd = rb.steps[0].run
+    assert isinstance(cmd, str)
+    # the shell sees exactly two words after echo: the value (with its suffix) and n
+    assert shlex.split(cmd) == ["echo", f"{hostile}/merged.jsonl", "5"]
+    out = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, cwd=tmp_path)
+    assert out.stdout == f"{hostile}/merged.jsonl 5\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_placeholder_inside_quotes_is_refused():
+    text = BASE.replace("run: echo ${merged} ${n}", "run: echo '${merged}'")
+    (msg,) = problems(text)
+    assert msg.startswith("rb.yaml:12:10: steps[0].run:") and "inside quotes" in msg
+
+
+def test_undefined_variable_and_shell_hint():
+    text = BASE.replace("run: echo ${merged} ${n}", "run: echo ${HOME}")
+    (msg,) = problems(text)
+    assert re.match(r"rb\.yaml:12:\d+: steps\[0\]\.run: undefined variable 'HOME' \(for a shell variable write \$NAME", msg)
+
+
+def test_secret_in_command_line_is_refused():
+    text = BASE.replace("run: echo ${merged} ${n}", "run: echo ${KEY}")
+    (msg,) = problems(text)
+    assert "secret 'KEY' can only be passed to a step through env" in msg
+
+
+def test_secret_mixed_into_env_value_is_refused():
+    text = BASE.replace('API_KEY: "${KEY}"', 'API_KEY: "Bearer ${KEY}"')
+    (msg,) = problems(text)
+    assert "rb.yaml:13:" in msg and "a secret must be the whole value" in msg
+
+
+def test_unknown_key_is_located():
+    text = BASE.replace("    title: Prepare\n", "    title: Prepare\n    retires: 3\n")
+    (msg,) = problems(text)
+    assert msg.startswith("rb.yaml:12:5: steps[0].retires: unknown key")
+
+
+def test_unknown_check_type_lists_the_valid_ones():
+    text = BASE.replace("check: disk_free", "check: disk_fre")
+    (msg,) = problems(text)
+    assert msg.startswith("rb.yaml:15:9: steps[0].preconditions[0]: unknown check type 'disk_fre'")
+    assert "disk_free" in msg
+
+
+def test_bad_size_is_located_at_the_value():
+    text = BASE.replace("min: 1.5GiB", "min: 5 lightyears")
+    (msg,) = problems(text)
+    assert msg.startswith("rb.yaml:15:") and "cannot read size '5 lightyears'" in msg
+
+
+def test_destructive_needs_confirm_and_auto_confirm_must_be_destructive():
+    text = BASE.replace('    confirm: "delete ${root}/old?"\n', "")
+    assert any("needs `confirm:`" in p for p in problems(text))
+    text = BASE.replace("auto_confirm: [wipe]", "auto_confirm: [prep]")
+    assert any("auto_confirm lists destructive steps only" in p for p in problems(text))
+
+
+def test_requires_unknown_and_cycles():
+    text = BASE.replace("requires: [prep]", "requires: [nope]")
+    assert any("steps[1].requires[0]: unknown step 'nope'" in p for p in problems(text))
+    cyc = BASE.replace("    title: Prepare\n", "    title: Prepare\n    requires: [wipe]\n")
+    assert any("requires form a cycle: prep -> wipe -> prep" in p or "wipe -> prep -> wipe" in p for p in problems(cyc))
+
+
+def test_duplicate_ids_and_duplicate_keys():
+    text = BASE.replace("id: wipe", "id: prep")
+    assert any("duplicate step id 'prep'" in p for p in problems(text))
+    dup = BASE.replace("    title: Prepare\n", "    title: Prepare\n    title: Again\n")
+    (msg,) = problems(dup)
+    assert msg.startswith("rb.yaml:12:5:") and "duplicate key 'title'" in msg
+
+
+def test_override_of_undeclared_variable_is_an_error():
+    assert any("--set nope: no such variable" in p for p in problems(BASE, overrides={"nope": "1"}))
+
+
+def test_variable_cycle():
+    text = BASE.replace("root: /data", "root: ${merged}")
+    assert any("cycle" in p for p in problems(text))
+
+
+def test_literal_dollar_brace_escape():
+    text = BASE.replace("run: echo ${merged} ${n}", "run: echo $${HOME} $HOME")
+    assert load_text(text, "rb.yaml").runbook.steps[0].run == "echo ${HOME} $HOME"
