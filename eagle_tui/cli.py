@@ -58,8 +58,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     rb = loaded.runbook
     guards = sum(len(s.preconditions) + len(s.postconditions) + len(s.skip_if) for s in rb.steps)
     destructive = [s.id for s in rb.steps if s.destructive]
-    print(f"{args.runbook}: ok: runbook {rb.name!r}, {len(rb.steps)} steps, {guards} guards, "
-          f"destructive: {', '.join(destructive) or 'none'}")
+    print(
+        f"{args.runbook}: ok: runbook {rb.name!r}, {len(rb.steps)} steps, {guards} guards, "
+        f"destructive: {', '.join(destructive) or 'none'}"
+    )
     return EXIT_OK
 
 
@@ -88,7 +90,9 @@ async def _run_headless(args: argparse.Namespace, engine: Engine, view, run_id: 
     except asyncio.CancelledError:
         if not interrupted:
             raise
-        view.console.print("interrupted: jobs keep running on the box; run the same command again to reattach")
+        view.console.print(
+            "interrupted: jobs keep running on the box; run the same command again to reattach"
+        )
         code = 130
     except TransportError as exc:
         _err(f"error: {exc}")
@@ -107,7 +111,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         probe = load_runbook(args.runbook, overrides)
         for flag, sid in (("--from", getattr(args, "from")), ("--only", args.only)):
             if sid is not None and sid not in probe.runbook.step_ids:
-                raise RunbookError([f"{flag} {sid}: no such step (steps: {', '.join(probe.runbook.step_ids)})"])
+                raise RunbookError(
+                    [f"{flag} {sid}: no such step (steps: {', '.join(probe.runbook.step_ids)})"]
+                )
         for sid in args.yes or []:
             if sid != "*" and sid not in probe.runbook.step_ids:
                 raise RunbookError([f"--yes {sid}: no such step"])
@@ -128,10 +134,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     view = HeadlessView({s.id: s.title for s in loaded.runbook.steps}, show_logs=not args.quiet)
     engine = Engine(
-        loaded, state_dir,
+        loaded,
+        state_dir,
         transports=make_transport_factory(state_dir, args),
         confirmer=headless_confirmer(args.yes or [], loaded.runbook.auto_confirm),
-        secrets=secrets, default_host=args.host, listeners=[view],
+        secrets=secrets,
+        default_host=args.host,
+        listeners=[view],
     )
 
     async def go() -> int:
@@ -140,9 +149,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     with view:
         code = asyncio.run(go())
     if engine.store is not None and engine.audit is not None:
-        view.summary(code, str(engine.store.audit_path), engine.audit.head.seq, engine.audit.head.hash)
+        view.summary(
+            code, str(engine.store.audit_path), engine.audit.head.seq, engine.audit.head.hash
+        )
     elif args.dry_run:
-        print(f"dry run: {'every guard passes' if code == EXIT_OK else 'some steps would be blocked'}; nothing changed")
+        print(
+            f"dry run: {'every guard passes' if code == EXIT_OK else 'some steps would be blocked'}; nothing changed"
+        )
     return code
 
 
@@ -167,10 +180,16 @@ def cmd_status(args: argparse.Namespace) -> int:
         table.add_column(col)
     for sid, rec in run.steps.items():
         dur = (rec.ended_at - rec.started_at) if rec.started_at and rec.ended_at else None
-        table.add_row(ICONS.get(rec.status, "?"), sid, f"[{STYLES.get(rec.status, '')}]{rec.status}[/]",
-                      (rec.reason or "") + (f": {rec.message}" if rec.message else ""), str(rec.attempt or ""),
-                      "" if rec.exit_code is None else str(rec.exit_code),
-                      format_duration(dur) if dur else "", progress_text(rec.progress) if rec.progress else "")
+        table.add_row(
+            ICONS.get(rec.status, "?"),
+            sid,
+            f"[{STYLES.get(rec.status, '')}]{rec.status}[/]",
+            (rec.reason or "") + (f": {rec.message}" if rec.message else ""),
+            str(rec.attempt or ""),
+            "" if rec.exit_code is None else str(rec.exit_code),
+            format_duration(dur) if dur else "",
+            progress_text(rec.progress) if rec.progress else "",
+        )
     Console().print(table)
     print(f"audit head: seq {run.audit_seq} sha256 {run.audit_head}")
     return EXIT_OK
@@ -188,7 +207,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
     result = audit_mod.verify(path, expected)
     if args.audit_command == "verify":
         if result.ok:
-            print(f"{path}: ok: {result.records} records, head seq {result.head.seq} sha256 {result.head.hash}")
+            print(
+                f"{path}: ok: {result.records} records, head seq {result.head.seq} sha256 {result.head.hash}"
+            )
             return EXIT_OK
         where = f"line {result.bad_line}: " if result.bad_line else ""
         _err(f"{path}: NOT OK: {where}{result.problem}")
@@ -203,7 +224,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
         tmp = Path(f"{args.output}.tmp.{os.getpid()}")
         tmp.write_text(out)
         os.replace(tmp, args.output)
-        print(f"wrote {args.output} ({len(records)} records, chain {'ok' if result.ok else 'NOT OK'})")
+        print(
+            f"wrote {args.output} ({len(records)} records, chain {'ok' if result.ok else 'NOT OK'})"
+        )
     else:
         sys.stdout.write(out)
     if not result.ok:
@@ -216,7 +239,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="eagle-tui", description=__doc__.splitlines()[0])
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--state-dir", help="run state directory (default: $EAGLE_TUI_STATE_DIR or the XDG state dir)")
+    common.add_argument(
+        "--state-dir",
+        help="run state directory (default: $EAGLE_TUI_STATE_DIR or the XDG state dir)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("validate", parents=[common], help="check a runbook; exit 0 (valid) or 2")
@@ -226,36 +252,62 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", parents=[common], help="run a runbook (TUI, or headless with --auto)")
     p.add_argument("runbook")
-    p.add_argument("--auto", action="store_true", help="headless: run every step in order without the TUI")
-    p.add_argument("--yes", action="append", nargs="?", const="*", metavar="STEP",
-                   help="confirm destructive steps: alone, those in the runbook's auto_confirm; with STEP, that step")
+    p.add_argument(
+        "--auto", action="store_true", help="headless: run every step in order without the TUI"
+    )
+    p.add_argument(
+        "--yes",
+        action="append",
+        nargs="?",
+        const="*",
+        metavar="STEP",
+        help="confirm destructive steps: alone, those in the runbook's auto_confirm; with STEP, that step",
+    )
     p.add_argument("--set", action="append", metavar="NAME=VALUE", help="override a variable")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--from", metavar="STEP", help="start at STEP (earlier steps are not run)")
     group.add_argument("--only", metavar="STEP", help="run only STEP")
-    p.add_argument("--dry-run", action="store_true", help="resolve vars and evaluate every guard; change nothing")
-    p.add_argument("--host", help="default host for steps without their own (overrides the runbook's host)")
-    p.add_argument("--new-run", action="store_true", help="start a new run instead of resuming the latest")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="resolve vars and evaluate every guard; change nothing",
+    )
+    p.add_argument(
+        "--host", help="default host for steps without their own (overrides the runbook's host)"
+    )
+    p.add_argument(
+        "--new-run", action="store_true", help="start a new run instead of resuming the latest"
+    )
     p.add_argument("--quiet", action="store_true", help="do not stream job logs")
-    p.add_argument("--trust-host", action="append", metavar="SHA256:FINGERPRINT",
-                   help="trust this host key on first contact (recorded in known_hosts)")
+    p.add_argument(
+        "--trust-host",
+        action="append",
+        metavar="SHA256:FINGERPRINT",
+        help="trust this host key on first contact (recorded in known_hosts)",
+    )
     p.add_argument("--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts)")
     p.add_argument("--ssh-config", help="ssh config file (default ~/.ssh/config)")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("status", parents=[common], help="show a run's steps (default: the latest run)")
+    p = sub.add_parser(
+        "status", parents=[common], help="show a run's steps (default: the latest run)"
+    )
     p.add_argument("run", nargs="?")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("audit", help="export or verify a run's audit log")
     asub = p.add_subparsers(dest="audit_command", required=True)
-    e = asub.add_parser("export", parents=[common], help="export the audit log (default: the latest run)")
+    e = asub.add_parser(
+        "export", parents=[common], help="export the audit log (default: the latest run)"
+    )
     e.add_argument("run", nargs="?")
     e.add_argument("--format", choices=("jsonl", "md", "csv"), default="md")
     e.add_argument("-o", "--output")
     e.set_defaults(func=cmd_audit)
-    v = asub.add_parser("verify", parents=[common], help="verify the hash chain (default: the latest run)")
+    v = asub.add_parser(
+        "verify", parents=[common], help="verify the hash chain (default: the latest run)"
+    )
     v.add_argument("run", nargs="?")
     v.set_defaults(func=cmd_audit)
     return parser

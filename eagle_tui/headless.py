@@ -32,12 +32,29 @@ from runbook.events import (
     RunStarted,
     StepChanged,
 )
+from remote_agent.eagle3.progress import PREFIX as PROGRESS_PREFIX
 from runbook.units import format_duration
 
-ICONS = {PENDING: "·", BLOCKED: "⏸", RUNNING: "▶", SUCCEEDED: "✓", FAILED: "✗", LOST: "?",
-         CANCELLED: "⊘", SKIPPED: "↷"}
-STYLES = {PENDING: "dim", BLOCKED: "yellow", RUNNING: "cyan", SUCCEEDED: "green", FAILED: "red",
-          LOST: "magenta", CANCELLED: "red", SKIPPED: "blue"}
+ICONS = {
+    PENDING: "·",
+    BLOCKED: "⏸",
+    RUNNING: "▶",
+    SUCCEEDED: "✓",
+    FAILED: "✗",
+    LOST: "?",
+    CANCELLED: "⊘",
+    SKIPPED: "↷",
+}
+STYLES = {
+    PENDING: "dim",
+    BLOCKED: "yellow",
+    RUNNING: "cyan",
+    SUCCEEDED: "green",
+    FAILED: "red",
+    LOST: "magenta",
+    CANCELLED: "red",
+    SKIPPED: "blue",
+}
 
 
 def progress_text(rec: dict[str, Any]) -> str:
@@ -59,8 +76,10 @@ def progress_text(rec: dict[str, Any]) -> str:
 
 
 class HeadlessView:
-    def __init__(self, step_titles: dict[str, str], console: Console | None = None, show_logs: bool = True) -> None:
-        self.console = console or Console(stderr=False, highlight=False)
+    def __init__(
+        self, step_titles: dict[str, str], console: Console | None = None, show_logs: bool = True
+    ) -> None:
+        self.console = console or Console(highlight=False, soft_wrap=True)
         self.live_mode = self.console.is_terminal
         self.titles = step_titles
         self.status = {sid: PENDING for sid in step_titles}
@@ -71,12 +90,15 @@ class HeadlessView:
         self.connection = ""
         self.show_logs = show_logs
         self._partial: dict[str, str] = {}
+        self._progress_printed: dict[str, float] = {}
         self.live: Live | None = None
 
     # -------------------------------------------------------------- lifecycle
     def __enter__(self) -> HeadlessView:
         if self.live_mode:
-            self.live = Live(self._render(), console=self.console, refresh_per_second=8, transient=True)
+            self.live = Live(
+                self._render(), console=self.console, refresh_per_second=8, transient=True
+            )
             self.live.__enter__()
         return self
 
@@ -104,9 +126,13 @@ class HeadlessView:
             if st == RUNNING and sid in self.started:
                 dur = time.monotonic() - self.started[sid]
             extra = self.progress.get(sid, "") if st == RUNNING else (self.reasons.get(sid) or "")
-            table.add_row(Text(ICONS[st], style=STYLES[st]), Text(sid, style="bold" if st == RUNNING else ""),
-                          Text(title, style="dim" if st == PENDING else ""),
-                          Text(format_duration(dur) if dur else "", style="dim"), Text(extra, style="dim"))
+            table.add_row(
+                Text(ICONS[st], style=STYLES[st]),
+                Text(sid, style="bold" if st == RUNNING else ""),
+                Text(title, style="dim" if st == PENDING else ""),
+                Text(format_duration(dur) if dur else "", style="dim"),
+                Text(extra, style="dim"),
+            )
         parts: list[Any] = [table]
         if self.connection:
             parts.append(Text(self.connection, style="yellow"))
@@ -116,28 +142,44 @@ class HeadlessView:
     def __call__(self, event: Event) -> None:
         if isinstance(event, RunStarted):
             how = "resumed" if event.resumed else "new"
-            self._print(Text.from_markup(f"[bold]eagle-tui[/] ▸ run [bold]{escape(event.run_id)}[/] ({how}) · "
-                                         f"runbook {escape(event.runbook)} · state {escape(event.state_dir)}"))
+            self._print(
+                Text.from_markup(
+                    f"[bold]eagle-tui[/] ▸ run [bold]{escape(event.run_id)}[/] ({how}) · "
+                    f"runbook {escape(event.runbook)} · state {escape(event.state_dir)}"
+                )
+            )
         elif isinstance(event, StepChanged):
             self._on_step(event)
         elif isinstance(event, GuardsEvaluated):
             for r in event.results:
                 if not r.get("ok") or event.phase == "dry_run":
                     mark = "[green]✓[/]" if r.get("ok") else "[red]✗[/]"
-                    self._print(Text.from_markup(f"  {mark} {escape(event.step_id)} {event.phase} "
-                                                 f"{escape(str(r.get('check')))}: {escape(str(r.get('message')))}"))
+                    self._print(
+                        Text.from_markup(
+                            f"  {mark} {escape(event.step_id)} {event.phase} "
+                            f"{escape(str(r.get('check')))}: {escape(str(r.get('message')))}"
+                        )
+                    )
         elif isinstance(event, LogChunk):
             if self.show_logs:
                 self._log(event.step_id, event.text)
         elif isinstance(event, ProgressUpdate):
-            self.progress[event.step_id] = progress_text(event.record)
-            if not self.live_mode and event.record.get("kind") == "progress":
-                pass  # the progress line itself is already in the streamed log
+            text = progress_text(event.record)
+            self.progress[event.step_id] = text
+            now = time.monotonic()
+            if not self.live_mode and now - self._progress_printed.get(event.step_id, 0.0) >= 2.0:
+                self._progress_printed[event.step_id] = now
+                self._print(Text(f"  {event.step_id} ⋯ {text}", style="cyan"))
         elif isinstance(event, ConnectionChanged):
             if event.state in ("reconnecting", "failed"):
                 self.connection = f"{event.host}: {event.state} (attempt {event.attempt})" + (
-                    f": {event.message}" if event.message else "")
-                self._print(Text(self.connection, style="yellow" if event.state == "reconnecting" else "red"))
+                    f": {event.message}" if event.message else ""
+                )
+                self._print(
+                    Text(
+                        self.connection, style="yellow" if event.state == "reconnecting" else "red"
+                    )
+                )
             elif event.state == "connected":
                 if self.connection:
                     self._print(Text(f"{event.host}: connected", style="green"))
@@ -155,11 +197,15 @@ class HeadlessView:
             return
         prev = self.status[sid]
         self.status[sid] = st
-        self.reasons[sid] = event.reason if not event.message else f"{event.reason}: {event.message}"
+        self.reasons[sid] = (
+            event.reason if not event.message else f"{event.reason}: {event.message}"
+        )
         if st == RUNNING:
             self.started[sid] = time.monotonic()
             self.progress.pop(sid, None)
-            self._print(Text.from_markup(f"[cyan]▶[/] [bold]{escape(sid)}[/] {escape(self.titles[sid])}"))
+            self._print(
+                Text.from_markup(f"[cyan]▶[/] [bold]{escape(sid)}[/] {escape(self.titles[sid])}")
+            )
         elif prev != st or st != PENDING:
             if sid in self.started:
                 self.durations[sid] = time.monotonic() - self.started.pop(sid)
@@ -168,15 +214,20 @@ class HeadlessView:
             self._flush_partial(sid)
             dur = self.durations.get(sid)
             tail = f" ({escape(self.reasons[sid] or '')})" if self.reasons[sid] else ""
-            self._print(Text.from_markup(f"[{STYLES[st]}]{ICONS[st]} {escape(sid)} {st}[/]{tail}"
-                                         + (f" [dim]{format_duration(dur)}[/]" if dur else "")))
+            self._print(
+                Text.from_markup(
+                    f"[{STYLES[st]}]{ICONS[st]} {escape(sid)} {st}[/]{tail}"
+                    + (f" [dim]{format_duration(dur)}[/]" if dur else "")
+                )
+            )
 
     def _log(self, step_id: str, text: str) -> None:
         buf = self._partial.get(step_id, "") + text
         *lines, rest = buf.split("\n")
         self._partial[step_id] = rest
         for line in lines:
-            self._print(Text(f"  {step_id} │ ", style="dim") + Text(line))
+            if not line.startswith(PROGRESS_PREFIX):  # machine lines are shown as progress instead
+                self._print(Text(f"  {step_id} │ ", style="dim") + Text(line))
 
     def _flush_partial(self, step_id: str) -> None:
         rest = self._partial.pop(step_id, "")
@@ -194,13 +245,21 @@ class HeadlessView:
         for sid in self.titles:
             st = self.status[sid]
             dur = self.durations.get(sid)
-            table.add_row(Text(ICONS[st], style=STYLES[st]), sid, Text(st, style=STYLES[st]),
-                          self.reasons.get(sid) or "", format_duration(dur) if dur else "")
+            table.add_row(
+                Text(ICONS[st], style=STYLES[st]),
+                sid,
+                Text(st, style=STYLES[st]),
+                self.reasons.get(sid) or "",
+                format_duration(dur) if dur else "",
+            )
         self.console.print(table)
         self.console.print(f"audit: {audit_path}")
         self.console.print(f"audit head: seq {head_seq} sha256 {head_hash}")
-        meaning = {0: "all steps done", 1: "a step failed or was lost", 3: "blocked: a guard failed or a "
-                   "confirmation was needed"}.get(code, "")
+        meaning = {
+            0: "all steps done",
+            1: "a step failed or was lost",
+            3: "blocked: a guard failed or a confirmation was needed",
+        }.get(code, "")
         self.console.print(f"exit {code}: {meaning}")
 
 

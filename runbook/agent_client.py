@@ -182,10 +182,14 @@ class HostSession:
         conn = AgentConnection(channel)
         conn.start()
         try:
-            hello = await conn.call("hello", timeout=60, protocol=PROTOCOL_VERSION, client=CLIENT_NAME)
+            hello = await conn.call(
+                "hello", timeout=60, protocol=PROTOCOL_VERSION, client=CLIENT_NAME
+            )
         except AgentError as exc:
             await conn.close()
-            raise TransportError(f"agent handshake failed: {exc.message}", permanent=exc.type == "protocol") from exc
+            raise TransportError(
+                f"agent handshake failed: {exc.message}", permanent=exc.type == "protocol"
+            ) from exc
         except (ConnectionLost, asyncio.TimeoutError) as exc:
             await conn.close()
             raise TransportError(f"agent did not answer the handshake: {exc}") from exc
@@ -271,7 +275,10 @@ class HostSession:
                             data = data[cursor - start :]
                             start = cursor
                         if start != cursor:
-                            raise AgentError("protocol", f"log gap for {job_id}: expected offset {cursor}, got {start}")
+                            raise AgentError(
+                                "protocol",
+                                f"log gap for {job_id}: expected offset {cursor}, got {start}",
+                            )
                         result = on_data(start, end, data)
                         if asyncio.iscoroutine(result):
                             await result

@@ -145,7 +145,9 @@ def verify(path: Path, expected_head: Head | None = None) -> VerifyResult:
             rec = json.loads(line)
         except ValueError:
             rec, problem = None, "not valid JSON"
-        if problem is None and (not isinstance(rec, dict) or not {"hash", "prev", "seq"} <= rec.keys()):
+        if problem is None and (
+            not isinstance(rec, dict) or not {"hash", "prev", "seq"} <= rec.keys()
+        ):
             problem = "not an audit record (hash, prev and seq are required)"
         if problem is None:
             if run_id is None:
@@ -153,8 +155,10 @@ def verify(path: Path, expected_head: Head | None = None) -> VerifyResult:
             if rec.get("run_id") != run_id:
                 problem = f"record of another run ({rec.get('run_id')!r}, expected {run_id!r})"
             elif rec["prev"] != prev:
-                problem = (f"chain broken: prev is {str(rec['prev'])[:12]}…, expected {prev[:12]}… "
-                           "(a record before it was dropped, inserted or reordered)")
+                problem = (
+                    f"chain broken: prev is {str(rec['prev'])[:12]}…, expected {prev[:12]}… "
+                    "(a record before it was dropped, inserted or reordered)"
+                )
             elif rec["seq"] != seq + 1:
                 problem = f"sequence gap: seq {rec['seq']}, expected {seq + 1}"
             elif record_hash(rec) != rec["hash"]:
@@ -164,13 +168,20 @@ def verify(path: Path, expected_head: Head | None = None) -> VerifyResult:
             return VerifyResult(False, count, Head(seq, prev), problem, lineno, text)
         prev, seq, count = rec["hash"], rec["seq"], count + 1
     head = Head(seq, prev)
-    if expected_head is not None and (expected_head.seq, expected_head.hash) != (head.seq, head.hash):
+    if expected_head is not None and (expected_head.seq, expected_head.hash) != (
+        head.seq,
+        head.hash,
+    ):
         if expected_head.seq > head.seq:
-            problem = (f"log ends at seq {head.seq} but the recorded head is seq {expected_head.seq}: "
-                       "records were dropped from the end")
+            problem = (
+                f"log ends at seq {head.seq} but the recorded head is seq {expected_head.seq}: "
+                "records were dropped from the end"
+            )
         else:
-            problem = (f"head is seq {head.seq} {head.hash[:12]}…, recorded head is seq "
-                       f"{expected_head.seq} {expected_head.hash[:12]}…")
+            problem = (
+                f"head is seq {head.seq} {head.hash[:12]}…, recorded head is seq "
+                f"{expected_head.seq} {expected_head.hash[:12]}…"
+            )
         return VerifyResult(False, count, head, problem)
     return VerifyResult(True, count, head)
 
@@ -180,8 +191,23 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------ exports
-CSV_COLUMNS = ["seq", "ts", "event", "step", "status", "reason", "exit_code", "signal",
-               "duration_s", "user", "host", "target", "host_key", "log_sha256", "hash"]
+CSV_COLUMNS = [
+    "seq",
+    "ts",
+    "event",
+    "step",
+    "status",
+    "reason",
+    "exit_code",
+    "signal",
+    "duration_s",
+    "user",
+    "host",
+    "target",
+    "host_key",
+    "log_sha256",
+    "hash",
+]
 
 
 def _row(rec: Mapping[str, Any]) -> dict[str, Any]:
@@ -189,12 +215,21 @@ def _row(rec: Mapping[str, Any]) -> dict[str, Any]:
     log = rec.get("log") or {}
     who = rec.get("who") or {}
     return {
-        "seq": rec.get("seq"), "ts": rec.get("ts"), "event": rec.get("event"),
-        "step": rec.get("step"), "status": rec.get("status"), "reason": rec.get("reason"),
-        "exit_code": rec.get("exit_code"), "signal": rec.get("signal"),
-        "duration_s": rec.get("duration_s"), "user": who.get("user"), "host": who.get("host"),
-        "target": where.get("host"), "host_key": where.get("host_key"),
-        "log_sha256": log.get("sha256"), "hash": rec.get("hash"),
+        "seq": rec.get("seq"),
+        "ts": rec.get("ts"),
+        "event": rec.get("event"),
+        "step": rec.get("step"),
+        "status": rec.get("status"),
+        "reason": rec.get("reason"),
+        "exit_code": rec.get("exit_code"),
+        "signal": rec.get("signal"),
+        "duration_s": rec.get("duration_s"),
+        "user": who.get("user"),
+        "host": who.get("host"),
+        "target": where.get("host"),
+        "host_key": where.get("host_key"),
+        "log_sha256": log.get("sha256"),
+        "hash": rec.get("hash"),
     }
 
 
@@ -223,7 +258,9 @@ def _guards_summary(rec: Mapping[str, Any]) -> str:
     return "; ".join(out)
 
 
-def export_markdown(records: list[dict[str, Any]], verify_result: VerifyResult | None = None) -> str:
+def export_markdown(
+    records: list[dict[str, Any]], verify_result: VerifyResult | None = None
+) -> str:
     """A readable table of the run's completed steps, then every confirmation."""
     if not records:
         return "# Audit log\n\n(empty)\n"
@@ -232,32 +269,69 @@ def export_markdown(records: list[dict[str, Any]], verify_result: VerifyResult |
     start = next((r for r in records if r.get("event") == "run.started"), None)
     if start:
         rb = start.get("runbook") or {}
-        lines += [f"- runbook: `{rb.get('name')}` ({rb.get('path')}, sha256 `{rb.get('sha256', '')[:16]}…`)",
-                  f"- started: {start.get('ts')} by {start['who']['user']}@{start['who']['host']}"]
+        lines += [
+            f"- runbook: `{rb.get('name')}` ({rb.get('path')}, sha256 `{rb.get('sha256', '')[:16]}…`)",
+            f"- started: {start.get('ts')} by {start['who']['user']}@{start['who']['host']}",
+        ]
     if verify_result is not None:
         state = "verified" if verify_result.ok else f"NOT VERIFIED: {verify_result.problem}"
-        lines.append(f"- chain: {verify_result.records} records, head seq {verify_result.head.seq} "
-                     f"`{verify_result.head.hash}` ({state})")
-    lines += ["", "## Completed steps", "",
-              "| step | status | reason | exit | duration | host | guards | log sha256 | finished |",
-              "|---|---|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"- chain: {verify_result.records} records, head seq {verify_result.head.seq} "
+            f"`{verify_result.head.hash}` ({state})"
+        )
+    lines += [
+        "",
+        "## Completed steps",
+        "",
+        "| step | status | reason | exit | duration | host | guards | log sha256 | finished |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     final = ("succeeded", "failed", "lost", "cancelled", "skipped")
     for r in records:
         if r.get("event") == "step.state" and r.get("status") in final:
             where = r.get("where") or {}
             dur = r.get("duration_s")
-            lines.append("| " + " | ".join(_md_cell(x) for x in (
-                r.get("step"), r.get("status"), r.get("reason"), r.get("exit_code"),
-                None if dur is None else f"{dur:.1f}s", where.get("host") or "local",
-                _guards_summary(r), ((r.get("log") or {}).get("sha256") or "")[:16], r.get("ts"),
-            )) + " |")
+            lines.append(
+                "| "
+                + " | ".join(
+                    _md_cell(x)
+                    for x in (
+                        r.get("step"),
+                        r.get("status"),
+                        r.get("reason"),
+                        r.get("exit_code"),
+                        None if dur is None else f"{dur:.1f}s",
+                        where.get("host") or "local",
+                        _guards_summary(r),
+                        ((r.get("log") or {}).get("sha256") or "")[:16],
+                        r.get("ts"),
+                    )
+                )
+                + " |"
+            )
     confirmations = [r for r in records if r.get("event") == "step.confirmed"]
     if confirmations:
-        lines += ["", "## Confirmations", "", "| step | mode | by | at | shown |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## Confirmations",
+            "",
+            "| step | mode | by | at | shown |",
+            "|---|---|---|---|---|",
+        ]
         for r in confirmations:
             who = r.get("who") or {}
-            lines.append("| " + " | ".join(_md_cell(x) for x in (
-                r.get("step"), r.get("mode"), f"{who.get('user')}@{who.get('host')}", r.get("ts"),
-                r.get("prompt"),
-            )) + " |")
+            lines.append(
+                "| "
+                + " | ".join(
+                    _md_cell(x)
+                    for x in (
+                        r.get("step"),
+                        r.get("mode"),
+                        f"{who.get('user')}@{who.get('host')}",
+                        r.get("ts"),
+                        r.get("prompt"),
+                    )
+                )
+                + " |"
+            )
     return "\n".join(lines) + "\n"

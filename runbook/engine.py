@@ -145,7 +145,10 @@ class Engine:
         if force or now - self._last_save > 0.5:
             assert self.store and self.state
             if self.audit:
-                self.state.audit_seq, self.state.audit_head = self.audit.head.seq, self.audit.head.hash
+                self.state.audit_seq, self.state.audit_head = (
+                    self.audit.head.seq,
+                    self.audit.head.hash,
+                )
             self.store.save(self.state)
             self._last_save = now
 
@@ -165,15 +168,27 @@ class Engine:
             "boot_id": hello.get("boot_id"),
         }
 
-    def _set(self, step_id: str, status: str, reason: str | None = None, message: str | None = None,
-             audit: dict[str, Any] | None = None) -> None:
+    def _set(
+        self,
+        step_id: str,
+        status: str,
+        reason: str | None = None,
+        message: str | None = None,
+        audit: dict[str, Any] | None = None,
+    ) -> None:
         assert self.state and self.audit
         rec = self.state.steps[step_id]
         rec.status, rec.reason, rec.message = status, reason, message
         step = self.rb.step(step_id)
         fields: dict[str, Any] = {
-            "step": step_id, "title": step.title, "status": status, "reason": reason, "message": message,
-            "attempt": rec.attempt, "job_id": rec.job_id, "where": self._where(self.host_of(step)),
+            "step": step_id,
+            "title": step.title,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "attempt": rec.attempt,
+            "job_id": rec.job_id,
+            "where": self._where(self.host_of(step)),
         }
         fields.update(audit or {})
         self.audit.append("step.state", **fields)
@@ -185,10 +200,20 @@ class Engine:
         """For --dry-run: the latest run's state (or a fresh one) in memory; nothing is written."""
         prior = next(reversed(list_runs(self.state_dir, self.rb.name)), None)
         now = time.time()
-        self.state = prior.model_copy(deep=True) if prior else RunState(
-            run_id="(dry-run)", runbook_name=self.rb.name, runbook_path=str(self.loaded.path.resolve()),
-            runbook_sha256=self.loaded.sha256, vars=self.loaded.vars, created_at=now, updated_at=now,
-            steps={})
+        self.state = (
+            prior.model_copy(deep=True)
+            if prior
+            else RunState(
+                run_id="(dry-run)",
+                runbook_name=self.rb.name,
+                runbook_path=str(self.loaded.path.resolve()),
+                runbook_sha256=self.loaded.sha256,
+                vars=self.loaded.vars,
+                created_at=now,
+                updated_at=now,
+                steps={},
+            )
+        )
         for s in self.rb.steps:
             self.state.steps.setdefault(s.id, StepRecord())
         return self.state.run_id
@@ -202,8 +227,13 @@ class Engine:
         if state is None:
             now = time.time()
             state = RunState(
-                run_id=run_id, runbook_name=self.rb.name, runbook_path=str(self.loaded.path.resolve()),
-                runbook_sha256=self.loaded.sha256, vars=self.loaded.vars, created_at=now, updated_at=now,
+                run_id=run_id,
+                runbook_name=self.rb.name,
+                runbook_path=str(self.loaded.path.resolve()),
+                runbook_sha256=self.loaded.sha256,
+                vars=self.loaded.vars,
+                created_at=now,
+                updated_at=now,
                 steps={},
             )
         for s in self.rb.steps:
@@ -211,16 +241,35 @@ class Engine:
         self.state = state
         self.audit = AuditLog(self.store.audit_path, run_id, self.secrets.values())
         info = {
-            "runbook": {"name": self.rb.name, "path": str(self.loaded.path), "sha256": self.loaded.sha256},
-            "vars": self.loaded.vars, "default_host": self.default_host, "tool_version": TOOL_VERSION,
+            "runbook": {
+                "name": self.rb.name,
+                "path": str(self.loaded.path),
+                "sha256": self.loaded.sha256,
+            },
+            "vars": self.loaded.vars,
+            "default_host": self.default_host,
+            "tool_version": TOOL_VERSION,
         }
         if resumed:
-            changed = [k for k in ("runbook_sha256", "vars")
-                       if getattr(state, k) != (self.loaded.sha256 if k == "runbook_sha256" else self.loaded.vars)]
+            changed = [
+                k
+                for k in ("runbook_sha256", "vars")
+                if getattr(state, k)
+                != (self.loaded.sha256 if k == "runbook_sha256" else self.loaded.vars)
+            ]
             if changed:
-                self.emit(Notice("warning", f"resuming run {run_id} with a changed {' and '.join(changed)}; "
-                                            "succeeded steps are not re-run"))
-            state.runbook_sha256, state.vars, state.finished = self.loaded.sha256, self.loaded.vars, False
+                self.emit(
+                    Notice(
+                        "warning",
+                        f"resuming run {run_id} with a changed {' and '.join(changed)}; "
+                        "succeeded steps are not re-run",
+                    )
+                )
+            state.runbook_sha256, state.vars, state.finished = (
+                self.loaded.sha256,
+                self.loaded.vars,
+                False,
+            )
             self.audit.append("run.resumed", changed=changed, **info)
         else:
             self.audit.append("run.started", **info)
@@ -228,14 +277,21 @@ class Engine:
         self.emit(RunStarted(run_id, self.rb.name, resumed, str(self.state_dir)))
         for sid, rec in state.steps.items():
             if sid in self.rb.step_ids:
-                self.emit(StepChanged(sid, rec.status, rec.reason, rec.message, rec.attempt, rec.exit_code))
+                self.emit(
+                    StepChanged(
+                        sid, rec.status, rec.reason, rec.message, rec.attempt, rec.exit_code
+                    )
+                )
         return run_id
 
     async def session(self, host: str) -> HostSession:
         if host not in self.sessions:
+
             def on_status(state: str, attempt: int, message: str | None, host: str = host) -> None:
                 ep = self.sessions[host].endpoint if host in self.sessions else None
-                self.emit(ConnectionChanged(host, state, attempt, message, ep.host_key if ep else None))
+                self.emit(
+                    ConnectionChanged(host, state, attempt, message, ep.host_key if ep else None)
+                )
 
             self.sessions[host] = HostSession(host, self.transports(host), on_status)
             if self.want_stats:
@@ -276,20 +332,33 @@ class Engine:
         assert self.state
         rec = self.state.steps.get(check.step)
         if rec is not None and rec.status == SUCCEEDED:
-            return {"ok": True, "observed": {"run_id": self.state.run_id, "ended_at": rec.ended_at},
-                    "message": f"{check.step} succeeded in this run"}
+            return {
+                "ok": True,
+                "observed": {"run_id": self.state.run_id, "ended_at": rec.ended_at},
+                "message": f"{check.step} succeeded in this run",
+            }
         if check.within is not None:
             horizon = time.time() - check.within
             for run in reversed(list_runs(self.state_dir, self.rb.name)):
                 other = run.steps.get(check.step)
-                if run.run_id != self.state.run_id and other and other.status == SUCCEEDED \
-                        and (other.ended_at or 0) >= horizon:
-                    return {"ok": True, "observed": {"run_id": run.run_id, "ended_at": other.ended_at},
-                            "message": f"{check.step} succeeded in run {run.run_id}"}
+                if (
+                    run.run_id != self.state.run_id
+                    and other
+                    and other.status == SUCCEEDED
+                    and (other.ended_at or 0) >= horizon
+                ):
+                    return {
+                        "ok": True,
+                        "observed": {"run_id": run.run_id, "ended_at": other.ended_at},
+                        "message": f"{check.step} succeeded in run {run.run_id}",
+                    }
         status = rec.status if rec else "unknown"
-        return {"ok": False, "observed": {"status": status},
-                "message": f"{check.step} has not succeeded in this run (status {status})"
-                + (f" nor within {check.within:.0f}s in an earlier one" if check.within else "")}
+        return {
+            "ok": False,
+            "observed": {"status": status},
+            "message": f"{check.step} has not succeeded in this run (status {status})"
+            + (f" nor within {check.within:.0f}s in an earlier one" if check.within else ""),
+        }
 
     # ------------------------------------------------------------------ running
     async def run_all(self, start: str | None = None, only: str | None = None) -> int:
@@ -308,7 +377,9 @@ class Engine:
             summary[rec.status] = summary.get(rec.status, 0) + 1
         self.state.exit_code = code
         self.state.finished = code == EXIT_OK and self.state.all_done()
-        self.audit.append("run.finished", exit_code=code, summary=summary, finished=self.state.finished)
+        self.audit.append(
+            "run.finished", exit_code=code, summary=summary, finished=self.state.finished
+        )
         self._save()
         self.emit(RunFinished(code, summary, self.audit.head.hash, self.audit.head.seq))
         return code
@@ -330,15 +401,24 @@ class Engine:
             res = await self.evaluate(step, step.skip_if, "skip_if")
             if all(r["ok"] for r in res):
                 rec.guards, rec.ended_at = res, time.time()
-                self._set(step_id, SUCCEEDED, "already_satisfied", "skip_if holds; nothing to do",
-                          {"guards": res})
+                self._set(
+                    step_id,
+                    SUCCEEDED,
+                    "already_satisfied",
+                    "skip_if holds; nothing to do",
+                    {"guards": res},
+                )
                 return SUCCEEDED
         while True:
             status = await self._attempt(step, rec)
             if status in DONE or not self._should_retry(step, rec):
                 return status
-            delay = min(600.0, step.retry.backoff * 2 ** max(rec.attempt - 1, 0)) if step.retry else 0
-            self.emit(Notice("info", f"{step_id}: retrying in {delay:.0f}s (attempt {rec.attempt + 1})"))
+            delay = (
+                min(600.0, step.retry.backoff * 2 ** max(rec.attempt - 1, 0)) if step.retry else 0
+            )
+            self.emit(
+                Notice("info", f"{step_id}: retrying in {delay:.0f}s (attempt {rec.attempt + 1})")
+            )
             await asyncio.sleep(delay)
 
     def _should_retry(self, step: Step, rec: StepRecord) -> bool:
@@ -356,21 +436,37 @@ class Engine:
         rec.guards = pre
         if not all(r["ok"] for r in pre):
             failed = [r for r in pre if not r["ok"]]
-            self._set(step.id, BLOCKED, "precondition_failed",
-                      "; ".join(f"{r['check']}: {r.get('message')}" for r in failed), {"guards": pre})
+            self._set(
+                step.id,
+                BLOCKED,
+                "precondition_failed",
+                "; ".join(f"{r['check']}: {r.get('message')}" for r in failed),
+                {"guards": pre},
+            )
             return BLOCKED
         if step.destructive and step.id not in self._confirmed:
             req = ConfirmRequest(step.id, step.title, step.confirm or "", step.run, tuple(pre))
             decision = await self.confirmer(req)
             if decision is None:
-                self._set(step.id, BLOCKED, "confirmation_required",
-                          f"destructive step: confirm it (TUI: type its id; --auto: --yes {step.id})",
-                          {"guards": pre})
+                self._set(
+                    step.id,
+                    BLOCKED,
+                    "confirmation_required",
+                    f"destructive step: confirm it (TUI: type its id; --auto: --yes {step.id})",
+                    {"guards": pre},
+                )
                 return BLOCKED
             assert self.audit
-            self.audit.append("step.confirmed", step=step.id, mode=decision.mode, typed=decision.typed,
-                              prompt=step.confirm, command=step.run, evidence=pre,
-                              where=self._where(self.host_of(step)))
+            self.audit.append(
+                "step.confirmed",
+                step=step.id,
+                mode=decision.mode,
+                typed=decision.typed,
+                prompt=step.confirm,
+                command=step.run,
+                evidence=pre,
+                where=self._where(self.host_of(step)),
+            )
             self._confirmed.add(step.id)
         if step.run is None:  # a gate: guards only
             return await self._finish_ok_or_post(step, rec, start=time.time(), job_end=None)
@@ -385,21 +481,37 @@ class Engine:
         rec.command = step.run
         rec.progress = None
         # Recorded before launching: after a crash we look for this job id instead of relaunching.
-        self._set(step.id, RUNNING, None, None, {"command": step.run, "env": step.env, "cwd": step.cwd,
-                                                  "detach": step.detach, "guards": pre})
+        self._set(
+            step.id,
+            RUNNING,
+            None,
+            None,
+            {
+                "command": step.run,
+                "env": step.env,
+                "cwd": step.cwd,
+                "detach": step.detach,
+                "guards": pre,
+            },
+        )
         return await self._follow_and_finish(step, rec, reattach=False)
 
     async def _start_job(self, step: Step, rec: StepRecord) -> None:
         assert self.state
         try:
             await self.call(
-                rec.host or self.host_of(step), "job.start", job_id=rec.job_id, run_id=self.state.run_id,
+                rec.host or self.host_of(step),
+                "job.start",
+                job_id=rec.job_id,
+                run_id=self.state.run_id,
                 step_id=step.id,
                 argv=step.run if isinstance(step.run, list) else None,
                 shell=step.run if isinstance(step.run, str) else None,
-                cwd=step.cwd, env=dict(step.env),
+                cwd=step.cwd,
+                env=dict(step.env),
                 secret_env={var: self.secrets[name] for var, name in step.secret_env.items()},
-                timeout_s=step.timeout, detach=step.detach,
+                timeout_s=step.timeout,
+                detach=step.detach,
             )
         except AgentError as exc:
             if exc.type != "exists":  # "exists": the same launch already happened; follow it
@@ -416,10 +528,18 @@ class Engine:
                 info = None
             if info is None:  # recorded as running but never launched (crash in between)
                 if reattach:
-                    self.emit(Notice("info", f"{step.id}: job {rec.job_id} was never started; starting it"))
+                    self.emit(
+                        Notice(
+                            "info", f"{step.id}: job {rec.job_id} was never started; starting it"
+                        )
+                    )
                 await self._start_job(step, rec)
             elif reattach:
-                self.emit(Notice("info", f"{step.id}: reattached to job {rec.job_id} ({info.get('state')})"))
+                self.emit(
+                    Notice(
+                        "info", f"{step.id}: reattached to job {rec.job_id} ({info.get('state')})"
+                    )
+                )
             end = await self._follow(step, rec, host)
         except AgentError as exc:
             rec.ended_at = time.time()
@@ -474,8 +594,9 @@ class Engine:
             rec.progress = record
             self.emit(ProgressUpdate(step_id, record))
 
-    async def _finish_ok_or_post(self, step: Step, rec: StepRecord, start: float,
-                                 job_end: dict[str, Any] | None) -> str:
+    async def _finish_ok_or_post(
+        self, step: Step, rec: StepRecord, start: float, job_end: dict[str, Any] | None
+    ) -> str:
         rec.ended_at = time.time()
         fields: dict[str, Any] = {"duration_s": round(rec.ended_at - start, 3)}
         status, reason, message = SUCCEEDED, None, None
@@ -484,27 +605,41 @@ class Engine:
             exit_info = job_end.get("exit")
             fields["log"] = await self._log_ref(host, rec, int(job_end.get("log_size") or 0))
             if not exit_info:
-                status, reason, message = LOST, "lost", "the job's process is gone and left no exit record"
+                status, reason, message = (
+                    LOST,
+                    "lost",
+                    "the job's process is gone and left no exit record",
+                )
             else:
                 rec.exit_code, rec.signal = exit_info.get("exit_code"), exit_info.get("signal")
                 why = exit_info.get("reason")
                 if why == "cancelled":
                     status, reason = CANCELLED, "cancelled"
                 elif why == "agent_lost":
-                    status, reason, message = LOST, "agent_lost", "the agent died while this bound job ran"
+                    status, reason, message = (
+                        LOST,
+                        "agent_lost",
+                        "the agent died while this bound job ran",
+                    )
                 elif why == "timeout":
                     status, reason, message = FAILED, "timeout", f"killed after {step.timeout:.0f}s"
                 elif rec.signal:
                     status, reason, message = FAILED, "signal", f"killed by signal {rec.signal}"
                 elif rec.exit_code != 0:
-                    status, reason, message = FAILED, "exit_code", f"exited with code {rec.exit_code}"
+                    status, reason, message = (
+                        FAILED,
+                        "exit_code",
+                        f"exited with code {rec.exit_code}",
+                    )
             fields.update(exit_code=rec.exit_code, signal=rec.signal)
         if status == SUCCEEDED and step.postconditions:
             post = await self.evaluate(step, step.postconditions, "post")
             fields["postconditions"] = post
             if not all(r["ok"] for r in post):
                 status, reason = FAILED, "postcondition_failed"
-                message = "; ".join(f"{r['check']}: {r.get('message')}" for r in post if not r["ok"])
+                message = "; ".join(
+                    f"{r['check']}: {r.get('message')}" for r in post if not r["ok"]
+                )
         if status == SUCCEEDED and step.artifacts:
             fields["artifacts"] = await self._artifacts(step)
         fields["guards"] = rec.guards
@@ -514,7 +649,12 @@ class Engine:
         return status
 
     async def _log_ref(self, host: str, rec: StepRecord, size: int) -> dict[str, Any]:
-        ref: dict[str, Any] = {"job_id": rec.job_id, "start": 0, "end": size, "mirror": rec.log_file}
+        ref: dict[str, Any] = {
+            "job_id": rec.job_id,
+            "start": 0,
+            "end": size,
+            "mirror": rec.log_file,
+        }
         try:
             h = await self.call(host, "job.log_hash", job_id=rec.job_id, start=0, end=size)
             ref["sha256"] = h.get("sha256")
@@ -526,8 +666,11 @@ class Engine:
     async def _artifacts(self, step: Step) -> list[dict[str, Any]]:
         out = []
         for path in step.artifacts:
-            res = await self.call(self.host_of(step), "probe",
-                                  check={"check": "sha256", "path": path, "any_of": ["0" * 64]})
+            res = await self.call(
+                self.host_of(step),
+                "probe",
+                check={"check": "sha256", "path": path, "any_of": ["0" * 64]},
+            )
             obs = res.get("observed") or {}
             out.append({"path": path, "sha256": obs.get("sha256"), "size": obs.get("size")})
         return out
@@ -559,8 +702,12 @@ class Engine:
             raise ValueError(f"{step_id} is not running")
         assert self.audit
         self.audit.append("step.cancel_requested", step=step_id, job_id=rec.job_id)
-        await self.call(rec.host or self.host_of(self.rb.step(step_id)), "job.cancel",
-                        job_id=rec.job_id, grace_s=grace_s)
+        await self.call(
+            rec.host or self.host_of(self.rb.step(step_id)),
+            "job.cancel",
+            job_id=rec.job_id,
+            grace_s=grace_s,
+        )
 
     async def dry_run(self) -> int:
         """Evaluate every guard now (read-only probes); change nothing. 0 all pass, 3 some blocked."""

@@ -24,7 +24,9 @@ def placeholders(template: str) -> list[str]:
         if m.group(0) == "$${":
             continue
         if m.group(1) is None:
-            raise InterpolationError("unterminated or invalid `${...}`; write ${name} (or $${ for a literal)")
+            raise InterpolationError(
+                "unterminated or invalid `${...}`; write ${name} (or $${ for a literal)"
+            )
         names.append(m.group(1))
     return names
 
@@ -64,7 +66,9 @@ def substitute(
             continue
         name = m.group(1)
         if name is None:
-            raise InterpolationError("unterminated or invalid `${...}`; write ${name} (or $${ for a literal)")
+            raise InterpolationError(
+                "unterminated or invalid `${...}`; write ${name} (or $${ for a literal)"
+            )
         if any(a < m.start() < b for a, b in spans):
             raise InterpolationError(
                 f"${{{name}}} is inside quotes in a shell command; remove the quotes: values are quoted for you"
@@ -93,7 +97,9 @@ def resolve_vars(raw: Mapping[str, object], builtins: Mapping[str, str]) -> dict
         if name in resolved:
             return resolved[name]
         if name not in raw:
-            raise InterpolationError(f"undefined variable {name!r}", visiting[-1] if visiting else name)
+            raise InterpolationError(
+                f"undefined variable {name!r}", visiting[-1] if visiting else name
+            )
         if name in visiting:
             cycle = " -> ".join(visiting[visiting.index(name) :] + [name])
             raise InterpolationError(f"variables reference each other in a cycle: {cycle}", name)

@@ -82,9 +82,13 @@ def _interpolate_tree(
     problems: _Problems,
 ) -> Any:
     if isinstance(data, dict):
-        return {k: _interpolate_tree(v, path + (k,), values, secrets, problems) for k, v in data.items()}
+        return {
+            k: _interpolate_tree(v, path + (k,), values, secrets, problems) for k, v in data.items()
+        }
     if isinstance(data, list):
-        return [_interpolate_tree(v, path + (i,), values, secrets, problems) for i, v in enumerate(data)]
+        return [
+            _interpolate_tree(v, path + (i,), values, secrets, problems) for i, v in enumerate(data)
+        ]
     if not isinstance(data, str):
         return data
     shell = _is_shell_context(path)
@@ -108,7 +112,9 @@ def _interpolate_tree(
         return data
 
 
-def _split_secret_env(step: dict, index: int, secrets: Mapping[str, Any], problems: _Problems) -> None:
+def _split_secret_env(
+    step: dict, index: int, secrets: Mapping[str, Any], problems: _Problems
+) -> None:
     """`env: {X: ${SECRET}}` moves to secret_env; a secret mixed into a longer value is refused."""
     env = step.get("env")
     if not isinstance(env, dict):
@@ -125,7 +131,10 @@ def _split_secret_env(step: dict, index: int, secrets: Mapping[str, Any], proble
         if not used:
             continue
         if value != f"${{{used[0]}}}" or len(names) != 1:
-            problems.add(("steps", index, "env", var), f"a secret must be the whole value: write {var}: ${{{used[0]}}}")
+            problems.add(
+                ("steps", index, "env", var),
+                f"a secret must be the whole value: write {var}: ${{{used[0]}}}",
+            )
             continue
         secret_env[var] = used[0]
         del env[var]
@@ -188,7 +197,13 @@ def _data_path(data: Any, loc: Sequence[Any]) -> tuple[tuple[str | int, ...], bo
     path: list[str | int] = []
     node = data
     for i, item in enumerate(loc):
-        if isinstance(node, dict) and item in node or isinstance(node, list) and isinstance(item, int) and 0 <= item < len(node):
+        if (
+            isinstance(node, dict)
+            and item in node
+            or isinstance(node, list)
+            and isinstance(item, int)
+            and 0 <= item < len(node)
+        ):
             path.append(item)
             node = node[item]
         elif isinstance(node, dict) and isinstance(item, str) and i == len(loc) - 1:
@@ -224,14 +239,20 @@ def load_text(
         raw_secrets = {}
     for name, value in raw_vars.items():
         if name in BUILTIN_VARS:
-            problems.add(("vars", name), f"{name!r} is a built-in variable; choose another name", key=True)
+            problems.add(
+                ("vars", name), f"{name!r} is a built-in variable; choose another name", key=True
+            )
         elif name in raw_secrets:
             problems.add(("vars", name), f"{name!r} is both a variable and a secret", key=True)
         elif not isinstance(value, (str, int, float, bool)):
             problems.add(("vars", name), "a variable's value must be a string, number or boolean")
     merged = {k: v for k, v in raw_vars.items() if isinstance(v, (str, int, float, bool))}
     # --set values are literal: never interpolated, so `${` in a value stays text
-    literal = {"run_id": run_id, "runbook_dir": str(Path(file).resolve().parent), "state_dir": state_dir}
+    literal = {
+        "run_id": run_id,
+        "runbook_dir": str(Path(file).resolve().parent),
+        "state_dir": state_dir,
+    }
     for name, value in (overrides or {}).items():
         if name not in raw_vars:
             known = ", ".join(sorted(raw_vars)) or "none"
@@ -282,7 +303,10 @@ def _cross_checks(rb: Runbook, problems: _Problems) -> None:
     ids: dict[str, int] = {}
     for i, step in enumerate(rb.steps):
         if step.id in ids:
-            problems.add(("steps", i, "id"), f"duplicate step id {step.id!r} (first at steps[{ids[step.id]}])")
+            problems.add(
+                ("steps", i, "id"),
+                f"duplicate step id {step.id!r} (first at steps[{ids[step.id]}])",
+            )
         else:
             ids[step.id] = i
     for i, step in enumerate(rb.steps):
@@ -299,7 +323,10 @@ def _cross_checks(rb: Runbook, problems: _Problems) -> None:
         if sid not in ids:
             problems.add(("auto_confirm", j), f"unknown step {sid!r}")
         elif not rb.steps[ids[sid]].destructive:
-            problems.add(("auto_confirm", j), f"step {sid!r} is not destructive; auto_confirm lists destructive steps only")
+            problems.add(
+                ("auto_confirm", j),
+                f"step {sid!r} is not destructive; auto_confirm lists destructive steps only",
+            )
     cycle = _find_cycle(rb)
     if cycle:
         i = ids[cycle[0]]

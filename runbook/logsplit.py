@@ -18,7 +18,9 @@ class LineSplitter:
         buf = self._partial + data
         lines = buf.split(b"\n")
         self._partial = lines.pop()
-        if len(self._partial) > self.max_partial:  # a giant line: hand it out rather than grow forever
+        if (
+            len(self._partial) > self.max_partial
+        ):  # a giant line: hand it out rather than grow forever
             lines.append(self._partial)
             self._partial = b""
         return lines

@@ -81,7 +81,12 @@ class DirSize(_Check):
         return self
 
     def probe(self) -> dict[str, Any]:
-        return {"check": self.check, "path": self.path, "min_bytes": self.min, "max_bytes": self.max}
+        return {
+            "check": self.check,
+            "path": self.path,
+            "min_bytes": self.min,
+            "max_bytes": self.max,
+        }
 
 
 class JsonlRecords(_Check):
@@ -95,7 +100,12 @@ class JsonlRecords(_Check):
 
     @model_validator(mode="after")
     def _bound(self) -> JsonlRecords:
-        if self.count is None and self.min is None and self.max is None and self.field_len_sum is None:
+        if (
+            self.count is None
+            and self.min is None
+            and self.max is None
+            and self.field_len_sum is None
+        ):
             raise ValueError("jsonl_records needs count, min, max or field_len_sum")
         if (self.field is None) != (self.field_len_sum is None):
             raise ValueError("give field and field_len_sum together")
@@ -155,7 +165,12 @@ class HttpOk(_Check):
     timeout: Duration = 10.0
 
     def probe(self) -> dict[str, Any]:
-        return {"check": self.check, "url": self.url, "status": self.status, "timeout_s": self.timeout}
+        return {
+            "check": self.check,
+            "url": self.url,
+            "status": self.status,
+            "timeout_s": self.timeout,
+        }
 
 
 class GpuIdle(_Check):
@@ -164,16 +179,39 @@ class GpuIdle(_Check):
     max_util: int = 10
 
     def probe(self) -> dict[str, Any]:
-        return {"check": self.check, "max_memory_mib": self.max_memory // (1 << 20), "max_util": self.max_util}
+        return {
+            "check": self.check,
+            "max_memory_mib": self.max_memory // (1 << 20),
+            "max_util": self.max_util,
+        }
 
 
 Check = Annotated[
-    PathExists | PathAbsent | Sha256 | DiskFree | DirSize | JsonlRecords | Manifest | StepSucceeded | CommandCheck | HttpOk | GpuIdle,
+    PathExists
+    | PathAbsent
+    | Sha256
+    | DiskFree
+    | DirSize
+    | JsonlRecords
+    | Manifest
+    | StepSucceeded
+    | CommandCheck
+    | HttpOk
+    | GpuIdle,
     Field(discriminator="check"),
 ]
 CHECK_TYPES = (
-    "path_exists", "path_absent", "sha256", "disk_free", "dir_size", "jsonl_records", "manifest",
-    "step_succeeded", "command", "http_ok", "gpu_idle",
+    "path_exists",
+    "path_absent",
+    "sha256",
+    "disk_free",
+    "dir_size",
+    "jsonl_records",
+    "manifest",
+    "step_succeeded",
+    "command",
+    "http_ok",
+    "gpu_idle",
 )
 
 
@@ -187,7 +225,9 @@ class Retry(_Strict):
 class Step(_Strict):
     id: str
     title: str
-    run: Annotated[Command | None, BeforeValidator(lambda v: v if v is None else _nonempty_command(v))] = None
+    run: Annotated[
+        Command | None, BeforeValidator(lambda v: v if v is None else _nonempty_command(v))
+    ] = None
     requires: list[str] = Field(default_factory=list)
     preconditions: list[Check] = Field(default_factory=list)
     postconditions: list[Check] = Field(default_factory=list)
@@ -213,7 +253,9 @@ class Step(_Strict):
     @classmethod
     def _id(cls, v: str) -> str:
         if not STEP_ID_RE.match(v):
-            raise ValueError("step ids are 1-64 characters: letters, digits, '.', '_' or '-', starting with a letter or digit")
+            raise ValueError(
+                "step ids are 1-64 characters: letters, digits, '.', '_' or '-', starting with a letter or digit"
+            )
         return v
 
     @field_validator("env")
@@ -227,7 +269,9 @@ class Step(_Strict):
     @model_validator(mode="after")
     def _destructive(self) -> Step:
         if self.destructive and not self.confirm:
-            raise ValueError("a destructive step needs `confirm:` (the prompt shown before it runs)")
+            raise ValueError(
+                "a destructive step needs `confirm:` (the prompt shown before it runs)"
+            )
         if self.run is None and (self.detach or self.retry or self.timeout):
             raise ValueError("detach, retry and timeout need `run:`")
         return self
@@ -238,6 +282,15 @@ class SecretRef(_Strict):
     required: bool = True
 
 
+class HostConfig(_Strict):
+    """A named box. Steps and --host may name it; an unnamed `[user@]host[:port]` or ~/.ssh/config
+    alias works too (with python3 and the default spool)."""
+
+    ssh: str  # [user@]host[:port] or an alias from ~/.ssh/config
+    python: str = "python3"  # e.g. the SGLang/training venv's python: jobs run with its PATH
+    spool: str | None = None  # agent spool on the box (default ~/.eagle-tui/spool)
+
+
 VarValue = str | int | float | bool
 
 
@@ -246,7 +299,10 @@ class Runbook(_Strict):
     description: str = ""
     vars: dict[str, VarValue] = Field(default_factory=dict)
     secrets: dict[str, SecretRef] = Field(default_factory=dict)
-    host: str | None = None
+    host: str | None = (
+        None  # default host of every step: "local", a name in `hosts`, or an ssh target
+    )
+    hosts: dict[str, HostConfig] = Field(default_factory=dict)
     auto_confirm: list[str] = Field(default_factory=list)
     watch: list[str] = Field(default_factory=list)  # paths whose free space the cockpit shows
     steps: list[Step] = Field(min_length=1)

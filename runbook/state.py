@@ -104,7 +104,9 @@ class RunStore:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise RunLocked(f"run {self.run_id} is being driven by another eagle-tui process") from None
+            raise RunLocked(
+                f"run {self.run_id} is being driven by another eagle-tui process"
+            ) from None
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self._lock_fd = fd

@@ -63,13 +63,17 @@ class _Builder:
             self.constructor.flatten_mapping(node)
             out: dict[Any, Any] = {}
             for key_node, value_node in node.value:
-                key = self.build_scalar(key_node)
-                if not isinstance(key, (str, int, float, bool)) or key is None:
-                    raise YamlError(self.doc.file, _pos(key_node), "mapping keys must be plain scalars")
-                key = str(key) if not isinstance(key, str) else key
+                if not isinstance(key_node, yaml.ScalarNode):
+                    raise YamlError(
+                        self.doc.file, _pos(key_node), "mapping keys must be plain scalars"
+                    )
+                # keys are taken as written: YAML 1.1 would turn `on:` / `yes:` into booleans
+                key = key_node.value
                 if key in out:
                     raise YamlError(
-                        self.doc.file, _pos(key_node), f"duplicate key {key!r} (YAML would silently keep the last one)"
+                        self.doc.file,
+                        _pos(key_node),
+                        f"duplicate key {key!r} (YAML would silently keep the last one)",
                     )
                 self.doc.key_positions[path + (key,)] = _pos(key_node)
                 out[key] = self.build(value_node, path + (key,))
@@ -102,7 +106,9 @@ def load_yaml(text: str, file: str) -> SourceDoc:
     except (ValueError, RecursionError) as exc:  # e.g. NUL bytes, absurd nesting
         raise YamlError(file, Pos(1, 1), f"unreadable YAML: {exc}") from None
     if len(nodes) != 1 or nodes[0] is None:
-        raise YamlError(file, Pos(1, 1), "expected exactly one YAML document (a mapping with name and steps)")
+        raise YamlError(
+            file, Pos(1, 1), "expected exactly one YAML document (a mapping with name and steps)"
+        )
     try:
         doc.data = _Builder(doc).build(nodes[0], ())
     except RecursionError:

@@ -19,7 +19,9 @@ def make_transport_factory(state_dir: Path, options: Any = None) -> Callable[[st
     def factory(host: str) -> Transport:
         if host in ("local", "localhost-agent"):
             state_dir.mkdir(parents=True, exist_ok=True)
-            return LocalTransport(local_spool(state_dir), agent_log=Path(state_dir) / "agent-local.log")
+            return LocalTransport(
+                local_spool(state_dir), agent_log=Path(state_dir) / "agent-local.log"
+            )
         try:
             from runbook.transports.ssh import SshTransport
         except ImportError as exc:

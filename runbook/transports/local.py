@@ -39,7 +39,9 @@ class _ProcessChannel:
 
 
 class LocalTransport:
-    def __init__(self, spool: Path, agent_log: Path | None = None, python: str | None = None) -> None:
+    def __init__(
+        self, spool: Path, agent_log: Path | None = None, python: str | None = None
+    ) -> None:
         self.spool = Path(spool)
         self.agent_log = agent_log
         self.python = python or sys.executable
@@ -49,16 +51,29 @@ class LocalTransport:
     async def open(self) -> _ProcessChannel:
         repo_root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
-        env["PYTHONPATH"] = repo_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env["PYTHONPATH"] = repo_root + (
+            os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+        )
         stderr = open(self.agent_log, "ab") if self.agent_log else asyncio.subprocess.DEVNULL
         try:
             proc = await asyncio.create_subprocess_exec(
-                self.python, "-m", "remote_agent", "serve", "--spool", str(self.spool),
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=stderr,
-                env=env, limit=STREAM_LIMIT, start_new_session=True,
+                self.python,
+                "-m",
+                "remote_agent",
+                "serve",
+                "--spool",
+                str(self.spool),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=stderr,
+                env=env,
+                limit=STREAM_LIMIT,
+                start_new_session=True,
             )
         except OSError as exc:
-            raise TransportError(f"cannot start the local agent with {self.python}: {exc}", permanent=True) from exc
+            raise TransportError(
+                f"cannot start the local agent with {self.python}: {exc}", permanent=True
+            ) from exc
         finally:
             if self.agent_log:
                 stderr.close()

@@ -6,7 +6,16 @@ import json
 
 import pytest
 
-from runbook.audit import AuditLog, Head, canonical, export_csv, export_markdown, read_records, record_hash, verify
+from runbook.audit import (
+    AuditLog,
+    Head,
+    canonical,
+    export_csv,
+    export_markdown,
+    read_records,
+    record_hash,
+    verify,
+)
 
 
 @pytest.fixture
@@ -14,9 +23,15 @@ def log(tmp_path):
     a = AuditLog(tmp_path / "audit.jsonl", "run-1", secrets=["s3cr3t-value"])
     a.append("run.started", runbook={"name": "demo", "path": "demo.yaml", "sha256": "ab" * 32})
     for i, status in enumerate(["running", "succeeded", "running", "failed", "running"]):
-        a.append("step.state", step=f"s{i // 2}", status=status, reason=None if status != "failed" else "exit_code",
-                 exit_code=None if status == "running" else (0 if status == "succeeded" else 3),
-                 command=["echo", "token=s3cr3t-value"], where={"host": "local"})
+        a.append(
+            "step.state",
+            step=f"s{i // 2}",
+            status=status,
+            reason=None if status != "failed" else "exit_code",
+            exit_code=None if status == "running" else (0 if status == "succeeded" else 3),
+            command=["echo", "token=s3cr3t-value"],
+            where={"host": "local"},
+        )
     a.append("step.confirmed", step="s2", mode="typed", typed="s2", prompt="delete?")
     return a
 

@@ -20,14 +20,18 @@ def test_runbook_modules_do_not_import_textual():
         "bad = sorted(k for k in sys.modules if k == 'textual' or k.startswith('textual.'))\n"
         "print(','.join(bad))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True
+    )
     assert len(modules) > 10
     assert out.stdout.strip() == "", f"runbook/ pulled in textual: {out.stdout}"
 
 
 def test_headless_cli_does_not_import_textual():
     code = "import sys, eagle_tui.cli, eagle_tui.headless; print(any(k.startswith('textual') for k in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True
+    )
     assert out.stdout.strip() == "False"
 
 
@@ -42,5 +46,7 @@ def test_agent_core_is_stdlib_only():
         " - {'remote_agent'})\n"
         "print(','.join(third))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True
+    )
     assert out.stdout.strip() == ""

@@ -61,7 +61,16 @@ def test_valid_runbook_interpolates_and_quotes():
 
 @pytest.mark.parametrize(
     "hostile",
-    ["/x; touch /tmp/pwned", "$(touch /tmp/pwned)", "`id`", "a'b\"c", "x\ny", "-rf /", "${root}", "*"],
+    [
+        "/x; touch /tmp/pwned",
+        "$(touch /tmp/pwned)",
+        "`id`",
+        "a'b\"c",
+        "x\ny",
+        "-rf /",
+        "${root}",
+        "*",
+    ],
 )
 def test_override_values_cannot_inject_shell(hostile, tmp_path):
     rb = load_text(BASE, "rb.yaml", overrides={"root": hostile}).runbook
@@ -83,7 +92,10 @@ def test_placeholder_inside_quotes_is_refused():
 def test_undefined_variable_and_shell_hint():
     text = BASE.replace("run: echo ${merged} ${n}", "run: echo ${HOME}")
     (msg,) = problems(text)
-    assert re.match(r"rb\.yaml:12:\d+: steps\[0\]\.run: undefined variable 'HOME' \(for a shell variable write \$NAME", msg)
+    assert re.match(
+        r"rb\.yaml:12:\d+: steps\[0\]\.run: undefined variable 'HOME' \(for a shell variable write \$NAME",
+        msg,
+    )
 
 
 def test_secret_in_command_line_is_refused():
@@ -128,7 +140,10 @@ def test_requires_unknown_and_cycles():
     text = BASE.replace("requires: [prep]", "requires: [nope]")
     assert any("steps[1].requires[0]: unknown step 'nope'" in p for p in problems(text))
     cyc = BASE.replace("    title: Prepare\n", "    title: Prepare\n    requires: [wipe]\n")
-    assert any("requires form a cycle: prep -> wipe -> prep" in p or "wipe -> prep -> wipe" in p for p in problems(cyc))
+    assert any(
+        "requires form a cycle: prep -> wipe -> prep" in p or "wipe -> prep -> wipe" in p
+        for p in problems(cyc)
+    )
 
 
 def test_duplicate_ids_and_duplicate_keys():
@@ -151,3 +166,11 @@ def test_variable_cycle():
 def test_literal_dollar_brace_escape():
     text = BASE.replace("run: echo ${merged} ${n}", "run: echo $${HOME} $HOME")
     assert load_text(text, "rb.yaml").runbook.steps[0].run == "echo ${HOME} $HOME"
+
+
+def test_yaml_11_boolean_keys_are_taken_as_written():
+    text = BASE.replace(
+        "    title: Prepare\n", "    title: Prepare\n    retry: {max: 2, on: [lost, 137]}\n"
+    )
+    retry = load_text(text, "rb.yaml").runbook.steps[0].retry
+    assert retry is not None and retry.on == ["lost", 137]

@@ -11,13 +11,49 @@ from runbook.loader import RunbookError, load_text
 
 LOCATED = re.compile(r"^(rb\.yaml:\d+:\d+: |--set )")
 
-KEYS = ["name", "steps", "id", "title", "run", "requires", "preconditions", "check", "path", "min",
-        "destructive", "confirm", "vars", "secrets", "env", "retry", "max", "on", "timeout", "skip_if",
-        "disk_free", "path_exists", "step_succeeded", "step", "within", "auto_confirm", "detach"]
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6), st.text(max_size=12),
-                    st.sampled_from(["${a}", "${", "$${x}", "1GiB", "5m", "echo hi", "prep"]))
-trees = st.recursive(scalars, lambda c: st.one_of(
-    st.lists(c, max_size=4), st.dictionaries(st.sampled_from(KEYS), c, max_size=5)), max_leaves=25)
+KEYS = [
+    "name",
+    "steps",
+    "id",
+    "title",
+    "run",
+    "requires",
+    "preconditions",
+    "check",
+    "path",
+    "min",
+    "destructive",
+    "confirm",
+    "vars",
+    "secrets",
+    "env",
+    "retry",
+    "max",
+    "on",
+    "timeout",
+    "skip_if",
+    "disk_free",
+    "path_exists",
+    "step_succeeded",
+    "step",
+    "within",
+    "auto_confirm",
+    "detach",
+]
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 10**6),
+    st.text(max_size=12),
+    st.sampled_from(["${a}", "${", "$${x}", "1GiB", "5m", "echo hi", "prep"]),
+)
+trees = st.recursive(
+    scalars,
+    lambda c: st.one_of(
+        st.lists(c, max_size=4), st.dictionaries(st.sampled_from(KEYS), c, max_size=5)
+    ),
+    max_leaves=25,
+)
 
 
 def _yaml(obj) -> str:

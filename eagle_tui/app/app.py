@@ -1,0 +1,516 @@
+"""The Textual cockpit: a view on the engine, never a second executor.
+
+Every operator action calls an Engine method in an async worker (named groups, exit_on_error
+False); failures are handled in one place (`on_worker_state_changed`): a notification for the
+operator's mistakes, a modal for anything else, never a crash. Engine events arrive through a
+listener that posts messages; the engine runs on this app's asyncio loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from textual.app import App, SystemCommand
+from textual.screen import Screen
+from textual.worker import Worker, WorkerState
+
+from eagle_tui.app.hostkeys import unknown_host_key
+from eagle_tui.app.messages import EngineEvent
+from eagle_tui.app.screens.confirm import ConfirmScreen
+from eagle_tui.app.screens.dialogs import AskScreen, ErrorScreen
+from eagle_tui.app.screens.export import ExportRequest, export_audit
+from eagle_tui.app.screens.main import ACTIONS, HELP, MainScreen
+from eagle_tui.app.widgets.progress.metrics import StepMetrics, scan_metrics
+from runbook import audit as audit_mod
+from runbook.engine import EXIT_OK, Confirmation, ConfirmRequest, Engine
+from runbook.events import (
+    BLOCKED,
+    DONE,
+    RUNNING,
+    TERMINAL_BAD,
+    ConnectionChanged,
+    Event,
+    GuardsEvaluated,
+    LogChunk,
+    MetricsUpdate,
+    Notice,
+    ProgressUpdate,
+    RunFinished,
+)
+from runbook.plan import ordered_steps
+from runbook.state import RunLocked, StepRecord
+from runbook.transports import TransportError
+
+STEP_GROUP, AUTO_GROUP, ENGINE_GROUP, GUARDS_GROUP, IO_GROUP = (
+    "steps",
+    "auto",
+    "engine",
+    "guards",
+    "io",
+)
+OPERATOR_ERRORS = (ValueError, KeyError)  # refused actions (e.g. skipping a running step)
+
+
+class CockpitApp(App[int]):
+    CSS_PATH = "cockpit.tcss"
+    TITLE = "eagle-tui"
+
+    def __init__(
+        self,
+        engine: Engine,
+        run_id: str,
+        *,
+        options: Any = None,
+        clock: Callable[[], float] = time.time,
+        keymap: dict[str, str] | None = None,
+        keymap_problems: Iterable[str] = (),
+        connect: bool = True,
+        reattach: bool = True,
+        select: str | None = None,
+        export_dir: Path | None = None,
+    ) -> None:
+        super().__init__()
+        self.engine = engine
+        self.run_id = run_id
+        self.options = options
+        self.clock = clock
+        self.connect = connect
+        self.reattach = reattach
+        self.initial_selection = select
+        self.export_dir = export_dir or Path.cwd()
+        self.keymap_problems = list(keymap_problems)
+        self.guards: dict[str, dict[str, tuple[dict[str, Any], ...]]] = {}
+        self.metrics: dict[str, StepMetrics] = {}
+        self.driving: dict[str, Worker] = {}
+        self.opened = False
+        self.closing = False
+        self._trust_offered: set[tuple[str, str]] = set()
+        self.main = MainScreen()
+        engine.listeners.append(self.engine_listener)
+        engine.confirmer = self.confirm
+        if keymap:
+            self.set_keymap(keymap)
+
+    # ------------------------------------------------------------------ engine bridge
+    def engine_listener(self, event: Event) -> None:
+        """Called synchronously by the engine: wrap and post, never block it."""
+        log_file, end = None, 0
+        if isinstance(event, (LogChunk, MetricsUpdate, ProgressUpdate)):
+            rec = self.record(event.step_id)
+            if rec is not None:
+                log_file, end = rec.log_file, rec.log_mirror_size
+        self.post_message(EngineEvent(event, log_file, end))
+
+    def on_engine_event(self, msg: EngineEvent) -> None:
+        ev = msg.event
+        if isinstance(ev, GuardsEvaluated):
+            self.guards.setdefault(ev.step_id, {})[ev.phase] = ev.results
+        if self.main.is_mounted:
+            self.main.apply(msg)
+        if isinstance(ev, Notice):
+            self.notify(
+                ev.message,
+                severity={"warning": "warning", "error": "error"}.get(ev.level, "information"),
+            )
+        elif isinstance(ev, RunFinished):
+            self.notify(
+                f"run finished: exit {ev.exit_code} · audit head seq {ev.audit_seq} {ev.audit_head[:16]}…",
+                severity="information" if ev.exit_code == EXIT_OK else "warning",
+                timeout=8,
+            )
+        elif isinstance(ev, ConnectionChanged) and ev.state == "failed" and ev.message:
+            self.offer_trust(ev.host, ev.message)
+
+    def record(self, sid: str) -> StepRecord | None:
+        state = self.engine.state
+        return state.steps.get(sid) if state is not None else None
+
+    def guard_results(self, sid: str) -> list[dict[str, Any]]:
+        by_phase = self.guards.get(sid, {})
+        if by_phase:
+            return [g for phase in ("skip_if", "pre", "post") for g in by_phase.get(phase, ())]
+        rec = self.record(sid)
+        return list(rec.guards) if rec is not None else []
+
+    def mirror_limit(self, sid: str) -> int | None:
+        rec = self.record(sid)
+        return rec.log_mirror_size if rec is not None else None
+
+    # ------------------------------------------------------------------ curves
+    def metrics_for(self, sid: str) -> Any:
+        """The selected step's curves, scanning its mirror (in a thread) the first time."""
+        rec = self.record(sid)
+        if rec is None or not rec.log_file:
+            return None
+        m = self.metrics.get(sid)
+        if m is None or m.source != rec.log_file:
+            m = self.metrics[sid] = StepMetrics(rec.log_file, rec.log_mirror_size)
+            if not m.ready:
+                self._scan(sid, m)
+        return m.metrics
+
+    def _scan(self, sid: str, m: StepMetrics) -> None:
+        def work() -> None:
+            records = scan_metrics(m.source or "", m.scan_end)
+            self.call_from_thread(self._scanned, sid, m, records)
+
+        self.run_worker(work, name=f"scan:{sid}", group=IO_GROUP, thread=True, exit_on_error=False)
+
+    def _scanned(self, sid: str, m: StepMetrics, records: list[dict[str, Any]]) -> None:
+        m.scanned(records)
+        if self.metrics.get(sid) is m:
+            self.main.curves_changed(sid)
+
+    def add_metrics(
+        self, sid: str, record: dict[str, Any], log_file: str | None, mirror_end: int
+    ) -> bool:
+        m = self.metrics.get(sid)
+        if m is None or m.source != log_file:
+            if sid != self.main.selected:
+                return False  # scanned from the mirror when the step is selected
+            self.metrics_for(sid)
+            m = self.metrics.get(sid)
+            if m is None:
+                return False
+        return m.add_live(record, mirror_end)
+
+    # ------------------------------------------------------------------ lifecycle
+    async def on_mount(self) -> None:
+        await self.push_screen(self.main)  # widgets exist before the engine's first event
+        for problem in self.keymap_problems:
+            self.notify(problem, severity="warning", timeout=10)
+        self.run_worker(self._open(), name="open", group=ENGINE_GROUP, exit_on_error=False)
+
+    async def _open(self) -> None:
+        await self.engine.open(self.run_id)
+        self.opened = True
+        self.main.refresh_all()
+        running = [
+            sid
+            for sid in ordered_steps(self.engine.rb)
+            if (r := self.record(sid)) is not None and r.status == RUNNING and r.job_id
+        ]
+        first = (
+            self.initial_selection
+            or (running[0] if running else self.next_step())
+            or self.engine.rb.steps[0].id
+        )
+        self.main.select(first)
+        if self.reattach:
+            for sid in running:  # the engine follows the job from its saved cursor
+                self.drive_step(sid)
+        if self.connect:
+            await self.engine.session(self.engine.default_host)  # stats + connection state now
+
+    def next_step(self) -> str | None:
+        for sid in ordered_steps(self.engine.rb):
+            rec = self.record(sid)
+            if rec is not None and rec.status not in DONE:
+                return sid
+        return None
+
+    # ------------------------------------------------------------------ confirmations
+    async def confirm(self, req: ConfirmRequest) -> Confirmation | None:
+        """The engine's Confirmer: a typed confirmation modal."""
+        fut: asyncio.Future[Confirmation | None] = asyncio.get_running_loop().create_future()
+
+        def done(result: Confirmation | None) -> None:
+            if not fut.done():
+                fut.set_result(result)
+
+        if self.main.is_mounted:
+            self.main.select(req.step_id)
+        self.push_screen(ConfirmScreen(req, self.engine.rb.step(req.step_id)), done)
+        result = await fut
+        if result is None:
+            self.notify(f"{req.step_id} not confirmed: it stays blocked", severity="warning")
+        return result
+
+    # ------------------------------------------------------------------ actions (workers)
+    def _busy(self, sid: str) -> bool:
+        w = self.driving.get(sid)
+        return w is not None and w.is_running
+
+    def _auto_running(self) -> bool:
+        return any(w.is_running for w in self.workers if w.group == AUTO_GROUP)
+
+    def _refuse_if_busy(self, sid: str) -> bool:
+        if not self.opened:
+            self.notify("the run is still opening", severity="warning")
+            return True
+        if self._auto_running():
+            self.notify(
+                "run-all is driving the steps; wait for it or cancel the running job",
+                severity="warning",
+            )
+            return True
+        if self._busy(sid):
+            self.notify(f"{sid} is already being driven", severity="warning")
+            return True
+        return False
+
+    def drive_step(self, sid: str) -> None:
+        if self._refuse_if_busy(sid):
+            return
+        self.driving[sid] = self.run_worker(
+            self._run_step(sid), name=f"step:{sid}", group=STEP_GROUP, exit_on_error=False
+        )
+
+    async def _run_step(self, sid: str) -> str:
+        status = await self.engine.run_step(sid)
+        self._maybe_finish()
+        return status
+
+    def drive_all(self, start: str) -> None:
+        if not self.opened:
+            self.notify("the run is still opening", severity="warning")
+            return
+        if self._auto_running():
+            self.notify("run-all is already running", severity="warning")
+            return
+        self.main.query_one("#header").set_mode(f"auto from {start}")
+        self.run_worker(
+            self._run_all(start), name=f"auto:{start}", group=AUTO_GROUP, exit_on_error=False
+        )
+
+    async def _run_all(self, start: str) -> int | None:
+        try:
+            # Steps already driven (e.g. a reattached job) finish first; run_all then continues.
+            for sid, w in list(self.driving.items()):
+                if w.is_running:
+                    await w.wait()
+                    rec = self.record(sid)
+                    if rec is not None and rec.status not in DONE:
+                        self.notify(
+                            f"run-all stopped: {sid} ended {rec.status}", severity="warning"
+                        )
+                        return None
+            return await self.engine.run_all(start=start)
+        finally:
+            if self.main.is_mounted:
+                self.main.query_one("#header").set_mode("")
+
+    def skip_step(self, sid: str, reason: str) -> None:
+        if self._refuse_if_busy(sid):
+            return
+        self.driving[sid] = self.run_worker(
+            self._skip(sid, reason), name=f"skip:{sid}", group=STEP_GROUP, exit_on_error=False
+        )
+
+    async def _skip(self, sid: str, reason: str) -> None:
+        await self.engine.skip(sid, reason)
+        self._maybe_finish()
+
+    def retry_step(self, sid: str) -> None:
+        if self._refuse_if_busy(sid):
+            return
+        rec = self.record(sid)
+        if rec is not None and rec.status not in TERMINAL_BAD and rec.status != BLOCKED:
+            self.notify(
+                f"{sid} is {rec.status}: retry is for failed, lost, cancelled or blocked steps",
+                severity="warning",
+            )
+            return
+        self.engine.reset(sid)
+        self.drive_step(sid)
+
+    def cancel_step(self, sid: str) -> None:
+        self.run_worker(
+            self.engine.cancel(sid), name=f"cancel:{sid}", group=ENGINE_GROUP, exit_on_error=False
+        )
+
+    def dry_run(self) -> None:
+        if not self.opened:
+            return
+        self.run_worker(
+            self._dry_run(), name="dry-run", group=GUARDS_GROUP, exclusive=True, exit_on_error=False
+        )
+
+    async def _dry_run(self) -> None:
+        code = await self.engine.dry_run()
+        blocked = [
+            sid
+            for sid, by in self.guards.items()
+            if any(not g.get("ok") for g in by.get("pre", ()))
+            and (r := self.record(sid))
+            and r.status not in DONE
+        ]
+        if code == EXIT_OK:
+            self.notify("dry-run: every guard passes; nothing changed")
+        else:
+            self.notify(
+                f"dry-run: would be blocked: {', '.join(blocked) or 'some steps'}; nothing changed",
+                severity="warning",
+                timeout=8,
+            )
+
+    def export(self, req: ExportRequest) -> None:
+        store, state = self.engine.store, self.engine.state
+        if store is None or state is None:
+            self.notify("no audit log yet", severity="warning")
+            return
+        head = (
+            audit_mod.Head(self.engine.audit.head.seq, self.engine.audit.head.hash)
+            if self.engine.audit
+            else None
+        )
+
+        def work() -> None:
+            res = export_audit(store.audit_path, head, req)
+            self.call_from_thread(
+                self.notify,
+                f"wrote {res.path} ({res.records} records, chain {'verified' if res.chain_ok else 'NOT OK: ' + str(res.problem)})",
+                severity="information" if res.chain_ok else "error",
+                timeout=8,
+            )
+
+        self.run_worker(work, name="export", group=IO_GROUP, thread=True, exit_on_error=False)
+
+    def _maybe_finish(self) -> None:
+        """Single-step runs do not go through run_all: finish the run once every step is done."""
+        state = self.engine.state
+        if (
+            state is not None
+            and state.all_done()
+            and not state.finished
+            and not self._auto_running()
+        ):
+            self.engine.finish(EXIT_OK)
+
+    # ------------------------------------------------------------------ host trust (issue 3 hook)
+    def offer_trust(self, host: str, message: str) -> None:
+        found = unknown_host_key(message)
+        if found is None or (host, found.fingerprint) in self._trust_offered:
+            return
+        self._trust_offered.add((host, found.fingerprint))
+
+        def done(yes: bool | None) -> None:
+            if yes:
+                self.run_worker(
+                    self.trust_host(host, found.fingerprint),
+                    name=f"trust:{host}",
+                    group=ENGINE_GROUP,
+                    exit_on_error=False,
+                )
+            else:
+                self.notify(
+                    f"{host}: host key not trusted; steps on it cannot run", severity="warning"
+                )
+
+        self.push_screen(
+            AskScreen(
+                f"Unknown host key for {host}",
+                f"{message}\n\nTrust {found.fingerprint} for {host}? It is recorded in known_hosts, as with "
+                f"`--trust-host {found.fingerprint}`. Check it against the box's real key first.",
+                yes="Trust and connect",
+                no="Do not trust",
+            ),
+            done,
+        )
+
+    async def trust_host(self, host: str, fingerprint: str) -> None:
+        """Reconnect with the fingerprint trusted: the transport factory reads `trust_host`."""
+        if self.options is not None:
+            trusted = list(getattr(self.options, "trust_host", None) or [])
+            if fingerprint not in trusted:
+                trusted.append(fingerprint)
+            self.options.trust_host = trusted
+        old = self.engine.sessions.pop(host, None)
+        if old is not None:
+            await old.close()
+        await (await self.engine.session(host)).connection()
+        self.notify(f"{host}: trusted {fingerprint}; connected")
+
+    # ------------------------------------------------------------------ errors, in one place
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        w = event.worker
+        if event.state != WorkerState.ERROR:
+            return
+        err = w.error
+        if isinstance(err, TransportError):
+            found = unknown_host_key(str(err))
+            if found is not None:
+                sid = w.name.split(":", 1)[1] if w.name.startswith("step:") else None
+                host = (
+                    self.engine.host_of(self.engine.rb.step(sid))
+                    if sid
+                    else self.engine.default_host
+                )
+                self.offer_trust(host, str(err))
+                return
+            self.notify(f"{w.name}: {err}", severity="error", timeout=10)
+            return
+        if w.name == "open":
+            why = (
+                str(err) if isinstance(err, RunLocked) else "".join(traceback.format_exception(err))
+            )
+            self.push_screen(ErrorScreen("Cannot open the run", why), lambda _: self.exit(2))
+            return
+        if isinstance(err, OPERATOR_ERRORS):
+            self.notify(f"{w.name}: {err}", severity="warning", timeout=6)
+            return
+        self.push_screen(
+            ErrorScreen(f"{w.name} failed", "".join(traceback.format_exception(err))[-3000:])
+        )
+
+    # ------------------------------------------------------------------ quitting
+    def request_quit(self) -> None:
+        if not self.closing:
+            self.closing = True
+            self.run_worker(self._quit(), name="quit", group="quit", exit_on_error=False)
+
+    async def action_quit(self) -> None:
+        self.request_quit()
+
+    async def _quit(self) -> None:
+        """Stop following jobs (they keep running on the box), release the run, exit."""
+        try:
+            busy = [
+                w
+                for w in self.workers
+                if w.group in (STEP_GROUP, AUTO_GROUP, GUARDS_GROUP) and w.is_running
+            ]
+            for w in busy:
+                w.cancel()
+            if busy:
+                await self.workers.wait_for_complete(busy)
+            await asyncio.wait_for(self.engine.close(), 30)
+        finally:
+            self.exit(self.exit_code_for_state())
+
+    async def on_unmount(self) -> None:
+        # However the app ends (quit action, test harness, error), let go of the agents and the
+        # run lock on this loop; the jobs themselves keep running.
+        if not self.engine.closed:
+            try:
+                await asyncio.wait_for(self.engine.close(), 30)
+            except Exception:  # the app is ending: a failed goodbye must not mask the real exit
+                pass
+
+    def exit_code_for_state(self) -> int:
+        state = self.engine.state
+        if state is None:
+            return 0
+        statuses = {r.status for r in state.steps.values()}
+        if statuses & set(TERMINAL_BAD):
+            return 1
+        return 3 if BLOCKED in statuses else 0
+
+    def jobs_left_running(self) -> list[str]:
+        state = self.engine.state
+        return [sid for sid, r in state.steps.items() if r.status == RUNNING] if state else []
+
+    # ------------------------------------------------------------------ command palette
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        if isinstance(screen, MainScreen):
+            for key, action, desc, bid in ACTIONS:
+                shown = self._keymap.get(bid, key)  # the user's keymap, if it rebinds this id
+                yield SystemCommand(
+                    f"{desc} [{shown}]", HELP[action], lambda a=action, s=screen: s.run_action(a)
+                )
+        yield from super().get_system_commands(screen)

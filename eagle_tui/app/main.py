@@ -1,0 +1,75 @@
+"""`eagle-tui run RUNBOOK` without --auto: choose or resume the run exactly like the headless
+path, build the engine with the cockpit as its listener and confirmer, and run the app."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from eagle_tui.app.app import CockpitApp
+from eagle_tui.app.keymap import load_keymap
+from eagle_tui.app.screens.main import ACTIONS
+from runbook.engine import Engine
+from runbook.loader import load_runbook
+from runbook.state import choose_run_id
+from runbook.transports.factory import make_transport_factory
+
+BINDING_IDS = {bid for *_, bid in ACTIONS}
+
+
+async def _no_confirmation(req):  # replaced by the app's typed-confirmation modal
+    return None
+
+
+def build_app(
+    args: argparse.Namespace,
+    state_dir: Path,
+    overrides: dict[str, str],
+    secrets: dict[str, str],
+    *,
+    clock: Callable[[], float] = time.time,
+    keymap_paths: list[Path] | None = None,
+    run_id: str | None = None,
+    transports=None,
+) -> CockpitApp:
+    probe = load_runbook(args.runbook, overrides)
+    run_id = run_id or choose_run_id(state_dir, probe.runbook.name, args.new_run)
+    loaded = load_runbook(args.runbook, overrides, run_id=run_id, state_dir=state_dir)
+    engine = Engine(
+        loaded,
+        state_dir,
+        transports=transports or make_transport_factory(state_dir, args),
+        confirmer=_no_confirmation,
+        secrets=secrets,
+        default_host=args.host,
+        stats=True,
+    )
+    keymap, problems = load_keymap(BINDING_IDS, keymap_paths)
+    select = getattr(args, "from", None) or getattr(args, "only", None)
+    return CockpitApp(
+        engine,
+        run_id,
+        options=args,
+        clock=clock,
+        keymap=keymap,
+        keymap_problems=problems,
+        select=select,
+    )
+
+
+def run_app(
+    args: argparse.Namespace, state_dir: Path, overrides: dict[str, str], secrets: dict[str, str]
+) -> int:
+    app = build_app(args, state_dir, overrides, secrets)
+    code = app.run()
+    left = app.jobs_left_running()
+    if left:
+        print(
+            f"jobs still running on the box: {', '.join(left)}; run the same command again to reattach"
+        )
+    if app.engine.audit is not None:
+        head = app.engine.audit.head
+        print(f"run {app.run_id} · audit head seq {head.seq} sha256 {head.hash}")
+    return int(code if code is not None else app.return_code or 0)

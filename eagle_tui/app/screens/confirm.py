@@ -1,0 +1,105 @@
+"""Typed confirmation for destructive steps: shows the prompt, the command, what the guards
+observed (paths, sizes, counts: what will be changed or deleted), and proceeds only when the
+operator types the step id exactly. The engine audits the decision with what was shown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.markup import escape
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static
+
+from eagle_tui.app.format import command_text, observed_text
+from runbook.engine import Confirmation, ConfirmRequest
+from runbook.schema import Step
+
+
+def _target(check: Any) -> str:
+    """What a check looks at: its path (most checks), url, or the step it names."""
+    for attr in ("path", "url", "step"):
+        v = getattr(check, attr, None)
+        if v:
+            return str(v)
+    return ""
+
+
+def evidence_markup(req: ConfirmRequest, step: Step | None) -> str:
+    checks = list(step.preconditions) if step is not None else []
+    lines = []
+    for i, g in enumerate(req.evidence):
+        target = _target(checks[i]) if i < len(checks) else ""
+        mark = "[green]✓[/]" if g.get("ok") else "[red]✗[/]"
+        lines.append(
+            f"{mark} [b]{escape(str(g.get('title') or g.get('check')))}[/]"
+            + (f" [cyan]{escape(target)}[/]" if target else "")
+        )
+        lines.append(f"    {escape(str(g.get('message') or ''))}")
+        lines.append(f"    [dim]observed: {escape(observed_text(g.get('observed')))}[/]")
+    return "\n".join(lines) if lines else "[dim](this step has no guards)[/]"
+
+
+class ConfirmScreen(ModalScreen[Confirmation | None]):
+    DEFAULT_CSS = """
+    ConfirmScreen { align: center middle; }
+    ConfirmScreen > Vertical { width: 100; max-width: 95%; height: auto; max-height: 90%;
+        border: thick $error; background: $surface; padding: 1 2; }
+    ConfirmScreen #confirm-title { text-style: bold; color: $error; }
+    ConfirmScreen #confirm-evidence { height: auto; max-height: 18; margin: 1 0; }
+    ConfirmScreen Horizontal { height: auto; align-horizontal: right; }
+    ConfirmScreen Button { margin-left: 2; }
+    """
+    BINDINGS = [Binding("escape", "refuse", "Do not run", id="confirm-refuse")]
+
+    def __init__(self, req: ConfirmRequest, step: Step | None = None) -> None:
+        super().__init__()
+        self.req = req
+        self.step = step
+
+    def compose(self) -> ComposeResult:
+        r = self.req
+        with Vertical():
+            yield Label(f"Destructive step: {r.step_id} — {r.title}", id="confirm-title")
+            yield Static(escape(r.prompt), id="confirm-prompt")
+            yield Static(f"[dim]$[/] {escape(command_text(r.command))}", id="confirm-command")
+            yield Label("What the guards observed (what will be changed or deleted):")
+            with VerticalScroll(id="confirm-evidence"):
+                yield Static(evidence_markup(r, self.step))
+            yield Label(
+                f"Type the step id [b]{escape(r.step_id)}[/] to run it; Escape does not run it."
+            )
+            yield Input(placeholder=r.step_id, id="confirm-input")
+            with Horizontal():
+                yield Button("Do not run", id="confirm-no")
+                yield Button("Run it", id="confirm-yes", variant="error", disabled=True)
+
+    def on_mount(self) -> None:
+        self.query_one(Input).focus()
+
+    @on(Input.Changed, "#confirm-input")
+    def _typed(self, event: Input.Changed) -> None:
+        self.query_one("#confirm-yes", Button).disabled = event.value != self.req.step_id
+
+    @on(Input.Submitted, "#confirm-input")
+    def _submitted(self, event: Input.Submitted) -> None:
+        if event.value == self.req.step_id:
+            self.dismiss(Confirmation("typed", typed=event.value))
+        else:
+            self.notify(f"type {self.req.step_id} exactly to run it", severity="warning")
+
+    @on(Button.Pressed, "#confirm-yes")
+    def _yes(self) -> None:
+        value = self.query_one(Input).value
+        if value == self.req.step_id:
+            self.dismiss(Confirmation("typed", typed=value))
+
+    @on(Button.Pressed, "#confirm-no")
+    def _no(self) -> None:
+        self.dismiss(None)
+
+    def action_refuse(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,310 @@
+"""The cockpit's main screen: header, todo list, resources, step detail, progress, log/curves.
+
+Every action here is a Binding with a stable id (user keymaps override keys by id; the command
+palette lists them). Actions gather the operator's input (selection, reasons, confirmations) and
+hand the work to the app, which drives the engine in workers."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, TabbedContent, TabPane
+
+from eagle_tui.app.messages import EngineEvent
+from eagle_tui.app.screens.dialogs import AskScreen, ReasonScreen
+from eagle_tui.app.screens.export import ExportScreen
+from eagle_tui.app.widgets.host.header import RunHeader
+from eagle_tui.app.widgets.host.resources import ResourcesPanel
+from eagle_tui.app.widgets.logs.full_log import FullLogScreen
+from eagle_tui.app.widgets.logs.live_log import LiveLog
+from eagle_tui.app.widgets.progress.curves import Curves
+from eagle_tui.app.widgets.progress.progress import StepProgress
+from eagle_tui.app.widgets.steps.detail import StepDetail
+from eagle_tui.app.widgets.steps.todo_list import TodoList
+from runbook.events import (
+    DONE,
+    RUNNING,
+    ConnectionChanged,
+    GuardsEvaluated,
+    HostStats,
+    LogChunk,
+    MetricsUpdate,
+    Notice,
+    ProgressUpdate,
+    RunFinished,
+    RunStarted,
+    StepChanged,
+)
+
+if TYPE_CHECKING:
+    from eagle_tui.app.app import CockpitApp
+
+# (key, action, description, id): the ids are the stable names a user keymap uses.
+ACTIONS: list[tuple[str, str, str, str]] = [
+    ("r", "run_selected", "Run step", "run-selected"),
+    ("n", "run_next", "Run next", "run-next"),
+    ("a", "run_all", "Run all from here", "run-all"),
+    ("s", "skip", "Skip", "skip"),
+    ("R", "retry", "Retry", "retry"),
+    ("x", "cancel_job", "Cancel job", "cancel"),
+    ("f", "toggle_follow", "Follow log", "toggle-follow"),
+    ("l", "full_log", "Full log", "full-log"),
+    ("d", "dry_run", "Dry-run guards", "dry-run"),
+    ("e", "export_audit", "Export audit", "export-audit"),
+    ("c", "toggle_curves", "Log/curves", "toggle-curves"),
+    ("q", "quit_app", "Quit", "quit"),
+]
+HELP = {
+    "run_selected": "Run the selected step (reattaches if it is running)",
+    "run_next": "Run the first step that is not done",
+    "run_all": "Run every step from the selected one, stopping at confirmations and failures",
+    "skip": "Skip the selected step (asks for a reason; audited)",
+    "retry": "Make a failed/blocked/cancelled step runnable again and run it",
+    "cancel_job": "Cancel the selected running job (asks first; kills its process group)",
+    "toggle_follow": "Follow the log tail and the running step, or stop following",
+    "full_log": "Page through the selected step's complete log on disk",
+    "dry_run": "Evaluate every guard now and show the observed values; changes nothing",
+    "export_audit": "Export the audit log as Markdown, JSONL or CSV",
+    "toggle_curves": "Switch between the live log and the training curves",
+    "quit_app": "Quit; jobs keep running and the next `eagle-tui run` reattaches",
+}
+
+
+class MainScreen(Screen[None]):
+    BINDINGS = [Binding(k, a, d, id=i, tooltip=HELP[a]) for k, a, d, i in ACTIONS]
+
+    def __init__(self) -> None:
+        super().__init__(id="main")
+        self.selected: str | None = None
+        self.follow = True
+
+    @property
+    def cockpit(self) -> CockpitApp:
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield RunHeader(id="header")
+        with Horizontal(id="body"):
+            with Vertical(id="left"):
+                yield TodoList(id="steps")
+                yield ResourcesPanel(id="resources")
+            with Vertical(id="right"):
+                yield StepDetail(id="detail")
+                yield StepProgress(id="progress")
+                with TabbedContent(id="views"):
+                    with TabPane("Log", id="tab-log"):
+                        yield LiveLog(id="live-log")
+                    with TabPane("Curves", id="tab-curves"):
+                        yield Curves(id="curves")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        app = self.cockpit
+        todo = self.query_one(TodoList)
+        todo.set_steps([(s.id, s.title) for s in app.engine.rb.steps])
+        self.query_one(RunHeader).default_host = app.engine.default_host
+        self.query_one(RunHeader).set_run(app.run_id, app.engine.rb.name, False)
+        self.set_interval(1.0, self._tick, name="durations")
+        todo.focus()
+
+    # ------------------------------------------------------------------ view updates
+    def refresh_step(self, sid: str) -> None:
+        app = self.cockpit
+        rec = app.record(sid)
+        if rec is None:
+            return
+        step = app.engine.rb.step(sid)
+        guards = app.guard_results(sid)
+        self.query_one(TodoList).update_step(
+            sid, step.title, rec, app.clock(), guards, rec.status == RUNNING
+        )
+        if sid == self.selected:
+            self.query_one(StepDetail).show(step, rec, app.clock(), app.guards.get(sid, {}))
+
+    def refresh_all(self) -> None:
+        for sid in self.cockpit.engine.rb.step_ids:
+            self.refresh_step(sid)
+
+    def _tick(self) -> None:
+        app = self.cockpit
+        for sid in app.engine.rb.step_ids:
+            rec = app.record(sid)
+            if rec is not None and rec.status == RUNNING:
+                self.query_one(TodoList).update_duration(sid, rec, app.clock())
+                if sid == self.selected:
+                    self.refresh_step(sid)
+
+    def select(self, sid: str, move_cursor: bool = True) -> None:
+        if move_cursor:
+            self.query_one(TodoList).select_step(sid)  # posts RowHighlighted -> show()
+        if sid != self.selected:
+            self.show(sid)
+
+    def show(self, sid: str) -> None:
+        app = self.cockpit
+        self.selected = sid
+        rec = app.record(sid)
+        if rec is None:
+            return
+        self.refresh_step(sid)
+        self.query_one(StepProgress).show(rec.progress)
+        self.query_one(LiveLog).show(sid, rec.log_file, rec.log_mirror_size)
+        self.query_one(Curves).show(app.metrics_for(sid))
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.row_key.value is not None and event.row_key.value != self.selected:
+            self.show(str(event.row_key.value))
+
+    def apply(self, msg: EngineEvent) -> None:
+        ev = msg.event
+        app = self.cockpit
+        if isinstance(ev, LogChunk):
+            self.query_one(LiveLog).on_chunk(ev.step_id, ev.text, msg.log_file, msg.mirror_end)
+        elif isinstance(ev, StepChanged):
+            self.refresh_step(ev.step_id)
+            if ev.status == RUNNING and self.follow and ev.step_id != self.selected:
+                self.select(ev.step_id)
+            elif ev.step_id == self.selected:
+                rec = app.record(ev.step_id)
+                if ev.status != RUNNING:
+                    self.query_one(LiveLog).end_of_job(ev.step_id)
+                elif rec is not None and rec.log_file != self.query_one(LiveLog).source:
+                    self.show(ev.step_id)  # a new attempt: its own log and curves
+                if rec is not None:
+                    self.query_one(StepProgress).show(rec.progress)
+        elif isinstance(ev, ProgressUpdate):
+            if ev.step_id == self.selected:
+                self.query_one(StepProgress).show(ev.record)
+            self.refresh_step(ev.step_id)
+        elif isinstance(ev, MetricsUpdate):
+            if (
+                app.add_metrics(ev.step_id, ev.record, msg.log_file, msg.mirror_end)
+                and ev.step_id == self.selected
+            ):
+                self.query_one(Curves).changed()
+        elif isinstance(ev, GuardsEvaluated):
+            self.refresh_step(ev.step_id)
+        elif isinstance(ev, HostStats):
+            if ev.host == app.engine.default_host:
+                self.query_one(ResourcesPanel).update_sample(ev.host, ev.sample)
+        elif isinstance(ev, ConnectionChanged):
+            self.query_one(RunHeader).set_connection(
+                ev.host, ev.state, ev.attempt, ev.message, ev.host_key
+            )
+        elif isinstance(ev, RunStarted):
+            self.query_one(RunHeader).set_run(ev.run_id, ev.runbook, ev.resumed)
+        elif isinstance(ev, RunFinished):
+            self.query_one(RunHeader).set_mode("")
+        elif isinstance(ev, Notice):
+            pass  # the app notifies
+
+    def curves_changed(self, sid: str) -> None:
+        if sid == self.selected:
+            self.query_one(Curves).show(self.cockpit.metrics_for(sid))
+
+    # ------------------------------------------------------------------ actions
+    def _need_selection(self) -> str | None:
+        if self.selected is None:
+            self.notify("select a step first", severity="warning")
+        return self.selected
+
+    def action_run_selected(self) -> None:
+        if (sid := self._need_selection()) is not None:
+            self.cockpit.drive_step(sid)
+
+    def action_run_next(self) -> None:
+        sid = self.cockpit.next_step()
+        if sid is None:
+            self.notify("every step is done")
+            return
+        self.select(sid)
+        self.cockpit.drive_step(sid)
+
+    def action_run_all(self) -> None:
+        if (sid := self._need_selection()) is not None:
+            self.cockpit.drive_all(sid)
+
+    def action_skip(self) -> None:
+        sid = self._need_selection()
+        if sid is None:
+            return
+        rec = self.cockpit.record(sid)
+        if rec is not None and (rec.status in DONE or rec.status == RUNNING):
+            self.notify(f"{sid} is {rec.status}: nothing to skip", severity="warning")
+            return
+
+        def done(reason: str | None) -> None:
+            if reason:
+                self.cockpit.skip_step(sid, reason)
+
+        self.app.push_screen(
+            ReasonScreen(f"Skip {sid}?", "The reason is written to the audit log."), done
+        )
+
+    def action_retry(self) -> None:
+        if (sid := self._need_selection()) is not None:
+            self.cockpit.retry_step(sid)
+
+    def action_cancel_job(self) -> None:
+        sid = self._need_selection()
+        if sid is None:
+            return
+        rec = self.cockpit.record(sid)
+        if rec is None or rec.status != RUNNING:
+            self.notify(f"{sid} is not running", severity="warning")
+            return
+
+        def done(yes: bool | None) -> None:
+            if yes:
+                self.cockpit.cancel_step(sid)
+
+        self.app.push_screen(
+            AskScreen(
+                f"Cancel {sid}?",
+                f"Job {rec.job_id} on {rec.host or 'local'}: its whole process group gets TERM, then KILL "
+                "after a grace period. The step ends as cancelled.",
+                yes="Cancel the job",
+                no="Keep it running",
+            ),
+            done,
+        )
+
+    def action_toggle_follow(self) -> None:
+        self.follow = not self.follow
+        self.query_one(LiveLog).set_follow(self.follow)
+        self.query_one(RunHeader).set_mode("" if self.follow else "log follow off")
+        self.notify("following the log" if self.follow else "log follow off", timeout=2)
+
+    def action_full_log(self) -> None:
+        sid = self._need_selection()
+        if sid is None:
+            return
+        rec = self.cockpit.record(sid)
+        if rec is None or not rec.log_file:
+            self.notify(f"{sid} has no log yet", severity="warning")
+            return
+        label = f"{sid} · attempt {rec.attempt} · {rec.log_file.rsplit('/', 1)[-1]}"
+        self.app.push_screen(
+            FullLogScreen(rec.log_file, label, limit=lambda: self.cockpit.mirror_limit(sid))
+        )
+
+    def action_dry_run(self) -> None:
+        self.cockpit.dry_run()
+
+    def action_export_audit(self) -> None:
+        def done(req) -> None:
+            if req is not None:
+                self.cockpit.export(req)
+
+        self.app.push_screen(ExportScreen(self.cockpit.run_id, self.cockpit.export_dir), done)
+
+    def action_toggle_curves(self) -> None:
+        tabs = self.query_one(TabbedContent)
+        tabs.active = "tab-curves" if tabs.active == "tab-log" else "tab-log"
+
+    def action_quit_app(self) -> None:
+        self.cockpit.request_quit()

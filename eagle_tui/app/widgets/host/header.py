@@ -1,0 +1,90 @@
+"""The header: run id, runbook, host, host key fingerprint and connection state per host."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.markup import escape
+from textual.widgets import Static
+
+
+@dataclass
+class HostLine:
+    state: str = "not connected"
+    attempt: int = 0
+    host_key: str | None = None
+    transport: str = ""
+    message: str | None = None
+
+
+class RunHeader(Static):
+    DEFAULT_CSS = """
+    RunHeader { height: 2; background: $panel; padding: 0 1; }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("", **kwargs)
+        self.run_id = "…"
+        self.runbook = ""
+        self.resumed = False
+        self.default_host = "local"
+        self.hosts: dict[str, HostLine] = {}
+        self.mode = ""
+
+    def set_run(self, run_id: str, runbook: str, resumed: bool) -> None:
+        self.run_id, self.runbook, self.resumed = run_id, runbook, resumed
+        self._redraw()
+
+    def set_host(self, host: str, transport: str, host_key: str | None) -> None:
+        line = self.hosts.setdefault(host, HostLine())
+        line.transport, line.host_key = transport, host_key or line.host_key
+        self.default_host = self.default_host or host
+        self._redraw()
+
+    def set_connection(
+        self, host: str, state: str, attempt: int, message: str | None, host_key: str | None
+    ) -> None:
+        line = self.hosts.setdefault(host, HostLine())
+        line.state, line.attempt, line.message = state, attempt, message
+        if host_key:
+            line.host_key = host_key
+        self._redraw()
+
+    def set_mode(self, mode: str) -> None:
+        self.mode = mode
+        self._redraw()
+
+    @staticmethod
+    def state_markup(line: HostLine) -> str:
+        if line.state == "connected":
+            return "[green]● connected[/]"
+        if line.state == "reconnecting":
+            return f"[yellow]◌ reconnecting (attempt {line.attempt})[/]"
+        if line.state == "connecting":
+            return "[yellow]◌ connecting[/]" + (
+                f" (attempt {line.attempt})" if line.attempt > 1 else ""
+            )
+        if line.state == "failed":
+            return "[red]✗ connection failed[/]"
+        return f"[dim]○ {escape(line.state)}[/]"
+
+    def _redraw(self) -> None:
+        how = "resumed" if self.resumed else "new"
+        top = (
+            f"[b]eagle-tui[/] ▸ run [b]{escape(self.run_id)}[/] [dim]({how})[/] · runbook "
+            f"[b]{escape(self.runbook)}[/]"
+            + (f" · [cyan]{escape(self.mode)}[/]" if self.mode else "")
+        )
+        parts = []
+        for host, line in sorted(self.hosts.items(), key=lambda kv: kv[0] != self.default_host):
+            key = (
+                escape(line.host_key)
+                if line.host_key
+                else ("no host key (local)" if host == "local" else "key unknown")
+            )
+            parts.append(
+                f"host [b]{escape(host)}[/] · key [dim]{key}[/] · {self.state_markup(line)}"
+            )
+        self.update(
+            top + "\n" + ("   ".join(parts) if parts else f"host [b]{escape(self.default_host)}[/]")
+        )

@@ -1,0 +1,175 @@
+"""The full-log viewer: pages through a step's complete mirror on disk, however large.
+
+Only the viewport is read and rendered (Line API over a sparse `LineIndex`); the index is built
+in a thread and grows while the job writes (follow mode). Memory does not depend on log size."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.segment import Segment
+from rich.style import Style
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.geometry import Size
+from textual.message import Message
+from textual.screen import Screen
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widgets import Footer, Static
+
+from eagle_tui.app.widgets.logs.line_index import LineIndex, ScanResult
+from runbook.units import format_size
+
+CACHE_LINES = 4000
+SCAN_CHUNK = 256 << 20  # bytes indexed per thread round; the title shows progress in between
+
+
+class LogLines(ScrollView, can_focus=True):
+    DEFAULT_CSS = """
+    LogLines { height: 1fr; background: $surface; }
+    """
+    BINDINGS = [
+        Binding("g", "scroll_home", "Top", show=False),
+        Binding("G", "scroll_end", "Bottom", show=False),
+    ]
+
+    def __init__(self, index: LineIndex, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.index = index
+        self._cache: OrderedDict[int, str] = OrderedDict()
+        self._max_width = 0
+        self.follow = False
+
+    class Scrolled(Message):
+        """The viewport moved (the title shows which lines are on screen)."""
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if round(old_value) != round(new_value):
+            self.post_message(self.Scrolled())
+
+    def reindexed(self, reset: bool = False) -> None:
+        if reset:
+            self._cache.clear()
+        self.virtual_size = Size(
+            max(self._max_width + self._gutter(), self.size.width), self.index.line_count
+        )
+        if self.follow:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+        self.refresh()
+
+    def _gutter(self) -> int:
+        return len(str(max(self.index.line_count, 1))) + 2
+
+    def _line(self, n: int) -> str:
+        text = self._cache.get(n)
+        if text is not None:
+            self._cache.move_to_end(n)
+            return text
+        page = max(self.size.height, 50)
+        widest = self._max_width
+        for i, line in enumerate(self.index.read_lines(n, page)):
+            self._cache[n + i] = line
+            widest = max(widest, len(line))
+        if widest > self._max_width:  # lets the operator scroll right to the longest line seen
+            self._max_width = widest
+            self.call_later(self.reindexed)
+        while len(self._cache) > CACHE_LINES:
+            self._cache.popitem(last=False)
+        return self._cache.get(n, "")
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        n = scroll_y + y
+        width = self.size.width
+        if n >= self.index.line_count:
+            return Strip.blank(width)
+        gutter = self._gutter()
+        text = self._line(n)
+        # the last line may still be growing: never serve it from the cache
+        if n == self.index.line_count - 1:
+            self._cache.pop(n, None)
+        number = Segment(f"{n + 1:>{gutter - 2}}  ", Style(dim=True))
+        body = Strip([Segment(text)]).crop_extend(scroll_x, scroll_x + max(0, width - gutter), None)
+        return Strip([number, *body]).simplify()
+
+
+class FullLogScreen(Screen[None]):
+    DEFAULT_CSS = """
+    FullLogScreen #full-log-title { height: 1; background: $panel; padding: 0 1; }
+    """
+    BINDINGS = [
+        Binding("escape,q", "close", "Close", id="full-log-close"),
+        Binding("f", "toggle_follow", "Follow", id="full-log-follow"),
+    ]
+
+    def __init__(
+        self, path: Path | str, label: str, limit: Callable[[], int | None] | None = None
+    ) -> None:
+        super().__init__()
+        self.path = Path(path)
+        self.label = label
+        self.limit = limit or (lambda: None)
+        self.index = LineIndex(self.path)
+        self.view = LogLines(self.index, id="full-log")
+        self._scanning = False
+
+    def compose(self) -> ComposeResult:
+        yield Static(self._title(), id="full-log-title")
+        yield self.view
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.view.focus()
+        self._rescan()
+        self.set_interval(0.5, self._rescan, name="full-log-follow")
+
+    def _title(self) -> str:
+        n = self.index.line_count
+        first = min(self.view.scroll_y + 1, n) if n else 0
+        last = min(self.view.scroll_y + self.view.size.height, n)
+        follow = " · following" if self.view.follow else ""
+        return (
+            f"{self.label} · lines {first:,}–{last:,} of {n:,} · "
+            f"{format_size(self.index.scanned)}{follow}"
+        )
+
+    def _rescan(self) -> None:
+        if not self._scanning:
+            self._scanning = True
+            self._scan()
+
+    @work(thread=True, group="log-index", exit_on_error=False)
+    def _scan(self) -> None:
+        res: ScanResult | None = None
+        try:
+            res = self.index.scan(self.limit(), max_bytes=SCAN_CHUNK)
+        finally:
+            try:
+                self.app.call_from_thread(self._scanned, res)
+            except RuntimeError:  # the app is shutting down
+                pass
+
+    def _scanned(self, res: ScanResult | None) -> None:
+        self._scanning = False
+        if res is not None and self.index.apply(res):
+            self.view.reindexed(res.reset)
+            if res.reset or res.end - res.start >= SCAN_CHUNK:
+                self._rescan()  # more to index: keep going without waiting for the timer
+        self.query_one("#full-log-title", Static).update(self._title())
+
+    def on_log_lines_scrolled(self) -> None:
+        self.query_one("#full-log-title", Static).update(self._title())
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+    def action_toggle_follow(self) -> None:
+        self.view.follow = not self.view.follow
+        if self.view.follow:
+            self.view.scroll_end(animate=False, immediate=True, x_axis=False)
+        self.query_one("#full-log-title", Static).update(self._title())

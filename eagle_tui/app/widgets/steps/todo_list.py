@@ -1,0 +1,93 @@
+"""The todo list: one row per step (state icon, id, title, duration, guard status, note).
+
+Rows have stable keys (the step ids) and are updated cell by cell: clearing and refilling a
+DataTable on every event is O(rows) layout work (textual#5273)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from eagle_tui.app.format import duration_text, guard_summary
+from eagle_tui.headless import ICONS, STYLES, progress_text
+from runbook.events import PENDING, RUNNING
+from runbook.state import StepRecord
+
+COLUMNS = ("", "step", "title", "time", "guards", "note")
+
+
+class TodoList(DataTable):
+    DEFAULT_CSS = """
+    TodoList { height: 1fr; }
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
+        self._cols: list[Any] = []
+
+    def on_mount(self) -> None:
+        self._cols = [self.add_column(label, key=label or "icon") for label in COLUMNS]
+
+    def set_steps(self, steps: list[tuple[str, str]]) -> None:
+        for sid, title in steps:
+            self.add_row(*self._cells(sid, title, StepRecord(), 0.0, [], False), key=sid)
+
+    def _cells(
+        self,
+        sid: str,
+        title: str,
+        rec: StepRecord,
+        now: float,
+        guards: list[dict[str, Any]],
+        current: bool,
+    ) -> list[Any]:
+        style = STYLES.get(rec.status, "")
+        icon = Text(ICONS.get(rec.status, "?"), style=style)
+        sid_text = Text(
+            sid,
+            style=("bold reverse " if current else "") + ("bold" if rec.status == RUNNING else ""),
+        )
+        title_text = Text(title, style="dim" if rec.status == PENDING and not current else "")
+        note = (
+            progress_text(rec.progress)
+            if rec.status == RUNNING and rec.progress
+            else (rec.reason or "")
+        )
+        if rec.status != RUNNING and rec.status != PENDING and rec.reason is None:
+            note = rec.status
+        return [
+            icon,
+            sid_text,
+            title_text,
+            Text(duration_text(rec, now), style="dim"),
+            guard_summary(guards),
+            Text(note, style="dim" if rec.status != RUNNING else "cyan"),
+        ]
+
+    def update_step(
+        self,
+        sid: str,
+        title: str,
+        rec: StepRecord,
+        now: float,
+        guards: list[dict[str, Any]],
+        current: bool,
+    ) -> None:
+        cells = self._cells(sid, title, rec, now, guards, current)
+        for col, value in zip(self._cols, cells, strict=True):
+            self.update_cell(sid, col, value)
+
+    def update_duration(self, sid: str, rec: StepRecord, now: float) -> None:
+        self.update_cell(sid, self._cols[3], Text(duration_text(rec, now), style="dim"))
+
+    def select_step(self, sid: str) -> None:
+        self.move_cursor(row=self.get_row_index(sid))
+
+    @property
+    def selected(self) -> str | None:
+        if self.row_count == 0:
+            return None
+        key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key
+        return str(key.value) if key.value is not None else None
