@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from remote_agent.eagle3.progress import PREFIX as PROGRESS_PREFIX
 from runbook.events import (
     BLOCKED,
     CANCELLED,
@@ -32,7 +33,6 @@ from runbook.events import (
     RunStarted,
     StepChanged,
 )
-from remote_agent.eagle3.progress import PREFIX as PROGRESS_PREFIX
 from runbook.units import format_duration
 
 ICONS = {

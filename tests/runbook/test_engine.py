@@ -92,17 +92,16 @@ def test_destructive_step_needs_confirmation_in_auto(cli, tmp_path):
 def test_set_injection_runs_nothing_extra(cli, tmp_path):
     marker = tmp_path / "pwned"
     rb = cli.runbook(
-        """\
+        f"""\
         name: inject
         vars:
           name: world
         steps:
           - id: greet
             title: Greet
-            run: echo hello ${name} > greeting
-            cwd: %s
+            run: echo hello ${{name}} > greeting
+            cwd: {tmp_path}
     """
-        % tmp_path
     )
     hostile = f"x; touch {marker}; echo $(touch {marker}) `touch {marker}`"
     cli("run", str(rb), "--auto", "--set", f"name={hostile}", check=0)
