@@ -514,7 +514,9 @@ class Engine:
                 detach=step.detach,
             )
         except AgentError as exc:
-            if exc.type != "exists":  # "exists": the same launch already happened; follow it
+            # "exists": this launch already happened (a repeat after a reconnect): follow it.
+            # "start_failed": the agent recorded the failure (exit 127/126 + message in the log).
+            if exc.type not in ("exists", "start_failed"):
                 raise
 
     async def _follow_and_finish(self, step: Step, rec: StepRecord, reattach: bool) -> str:
@@ -739,7 +741,9 @@ class Engine:
 
         session.subscribe(on_event)
         paths = list(self.rb.watch) or ["/"]
-        while not self.closed:
+        # Stop when this session is replaced (e.g. the TUI reconnects after trusting a host key):
+        # the new session has its own loop.
+        while not self.closed and self.sessions.get(host) is session:
             try:
                 conn = await session.connection()
                 missed = await conn.call("stats.since", seq=last_seq)

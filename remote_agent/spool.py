@@ -1,0 +1,197 @@
+"""The spool: `<root>/jobs/<job_id>/` per job, `<root>/stats.jsonl` for the stats ring.
+
+Everything is user-only (dirs 0700, files 0600): logs and specs may hold paths, arguments
+and data the operator would not share. Secrets are never written here (see jobwrap).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from remote_agent.protocol import AgentError, bad
+
+JOB_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+# File names inside a job directory.
+SPEC = "spec.json"
+BOOT_ID = "boot_id"
+STARTED_AT = "started_at"
+PID = "pid"  # "<jobwrap pid> <start ticks>"
+PGID = "pgid"  # "<job pgid> <start ticks of the job leader>"
+HEARTBEAT = "heartbeat"
+LOG = "log"
+EXIT = "exit.json"
+CANCEL = "cancel"
+JOBWRAP_LOG = "jobwrap.log"  # the jobwrap's own stderr: its tracebacks, never the job's output
+
+
+def default_root() -> Path:
+    env = os.environ.get("EAGLE_TUI_SPOOL")
+    if env:
+        return Path(env)
+    return Path.home() / ".eagle-tui" / "spool"
+
+
+def make_private_dir(path: Path) -> None:
+    """Create `path` (and missing parents) user-only; tighten it if it exists already."""
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+    os.chmod(path, 0o700)
+
+
+def write_private(path: Path, data: bytes, *, atomic: bool = False) -> None:
+    """Write a 0600 file; `atomic` = tmp + fsync + rename + fsync(dir), for records read racily."""
+    target = path.with_name(f".{path.name}.tmp.{os.getpid()}") if atomic else path
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if atomic:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    if atomic:
+        os.replace(target, path)
+        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def write_json(path: Path, obj: Any, *, atomic: bool = False) -> None:
+    write_private(path, json.dumps(obj, indent=1, sort_keys=True).encode() + b"\n", atomic=atomic)
+
+
+def read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def read_json(path: Path) -> Any:
+    text = read_text(path)
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def read_id_pair(path: Path) -> tuple[int, int | None] | None:
+    """Parse "<pid> <start ticks>" files (`pid`, `pgid`)."""
+    text = read_text(path)
+    if not text:
+        return None
+    parts = text.split()
+    try:
+        return int(parts[0]), (int(parts[1]) if len(parts) > 1 else None)
+    except ValueError:
+        return None
+
+
+class Spool:
+    def __init__(self, root: Path) -> None:
+        self.root = root.expanduser().absolute()
+        self.jobs = self.root / "jobs"
+
+    def ensure(self) -> Spool:
+        make_private_dir(self.root)
+        make_private_dir(self.jobs)
+        return self
+
+    def job(self, job_id: str) -> JobDir:
+        check_job_id(job_id)
+        return JobDir(job_id, self.jobs / job_id)
+
+    def existing_job(self, job_id: str) -> JobDir:
+        jd = self.job(job_id)
+        if not jd.path.is_dir():
+            raise AgentError("not_found", f"no job {job_id!r} in {self.jobs}")
+        return jd
+
+    def job_ids(self) -> list[str]:
+        try:
+            names = os.listdir(self.jobs)
+        except FileNotFoundError:
+            return []
+        return sorted(n for n in names if JOB_ID_RE.fullmatch(n) and (self.jobs / n).is_dir())
+
+
+def check_job_id(job_id: Any) -> str:
+    if not isinstance(job_id, str) or not JOB_ID_RE.fullmatch(job_id) or job_id in (".", ".."):
+        raise bad("job_id must match [A-Za-z0-9._-]{1,200} (and not be '.' or '..')")
+    return job_id
+
+
+class JobDir:
+    """Read access to one job's spool directory (the jobwrap is the only writer of records)."""
+
+    def __init__(self, job_id: str, path: Path) -> None:
+        self.job_id = job_id
+        self.path = path
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    def spec(self) -> dict[str, Any]:
+        v = read_json(self.file(SPEC))
+        return v if isinstance(v, dict) else {}
+
+    def exit(self) -> dict[str, Any] | None:
+        v = read_json(self.file(EXIT))
+        return v if isinstance(v, dict) else None
+
+    def boot_id(self) -> str | None:
+        text = read_text(self.file(BOOT_ID))
+        return text.strip() if text else None
+
+    def started_at(self) -> float | None:
+        text = read_text(self.file(STARTED_AT))
+        try:
+            return float(text) if text else None
+        except ValueError:
+            return None
+
+    def jobwrap(self) -> tuple[int, int | None] | None:
+        return read_id_pair(self.file(PID))
+
+    def pgid(self) -> tuple[int, int | None] | None:
+        return read_id_pair(self.file(PGID))
+
+    def log_size(self) -> int:
+        try:
+            return self.file(LOG).stat().st_size
+        except OSError:
+            return 0
+
+    def heartbeat_age(self) -> float | None:
+        try:
+            return max(0.0, time.time() - self.file(HEARTBEAT).stat().st_mtime)
+        except OSError:
+            return None
+
+    def created_age(self) -> float:
+        try:
+            return max(0.0, time.time() - self.path.stat().st_mtime)
+        except OSError:
+            return 0.0
+
+    def cancel_requested(self) -> bool:
+        return self.file(CANCEL).exists()
