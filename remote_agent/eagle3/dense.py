@@ -5,6 +5,8 @@ Layout of a dump directory:
 
     meta.json                         DumpMeta: model, resolved capture ids, dtypes, versions
     shards/r{rank:03d}-{seq:06d}.safetensors
+    errors/<name>.error.json          per-sample error markers (sample not dumped, and why)
+    canary/                           the SGLang client's canary dump (same layout; not data)
 
 Each shard is one safetensors file (mmap-able, no pickle) holding many samples back to back:
 
@@ -14,17 +16,26 @@ Each shard is one safetensors file (mmap-able, no pickle) holding many samples b
     final      bf16  [N, H]           after the final norm: exactly what lm_head consumes
 
 and, in its safetensors metadata, the shard's index: `samples` = JSON list of
-[sample_id, row_offset, length]. A shard is written to a temporary name, fsynced and renamed,
-so a shard either exists complete (with its index) or not at all; a sample counts as dumped
-exactly when it is in some shard's index. Training starts by reading the shard headers only.
+[sample_id, row_offset, length]. A shard is written to a temporary name, fsynced and published
+under its final name without ever replacing an existing shard, so a shard either exists
+complete (with its index) or not at all; a sample counts as dumped exactly when it is in some
+shard's index. Training starts by reading the shard headers only.
+
+This module imports only the standard library at module level (torch and safetensors lazily):
+the SGLang dump hook ships a byte-identical copy of it next to sglang.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 import queue
+import re
+import shutil
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -35,6 +46,9 @@ FORMAT = "eagle3-dense"
 FORMAT_VERSION = 1
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 DEFAULT_SHARD_BYTES = 2 << 30
+AUX_DTYPES = ("bf16", "fp8_e4m3")
+ERRORS_DIR = "errors"
+CANARY_DIR = "canary"
 
 
 class DumpFormatError(Exception):
@@ -42,7 +56,12 @@ class DumpFormatError(Exception):
 
 
 class DumpWriteError(OSError):
-    """A shard could not be written (full disk, permissions). Nothing partial is left behind."""
+    """A shard could not be written (full disk, permissions). Nothing partial is left behind;
+    `sample_ids` are the samples that were in the lost shard (write them again)."""
+
+    def __init__(self, code: int | None, message: str, sample_ids: list[str] | None = None):
+        super().__init__(code, message)
+        self.sample_ids: list[str] = list(sample_ids or [])
 
 
 @dataclass(frozen=True)
@@ -91,9 +110,23 @@ class DumpMeta:
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in data.items() if k in known})
 
+    @classmethod
+    def load(cls, root: Path) -> DumpMeta:
+        path = Path(root) / "meta.json"
+        try:
+            return cls.from_json(json.loads(path.read_text()))
+        except FileNotFoundError:
+            raise DumpFormatError(f"{path}: missing; not a dump directory") from None
+        except (ValueError, TypeError) as exc:
+            raise DumpFormatError(f"{path}: unreadable dump meta: {exc}") from None
+
+
+def _tmp_name(path: Path) -> Path:
+    return path.with_name(f"{path.name}.tmp.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+    tmp = _tmp_name(path)
     try:
         with open(tmp, "wb") as f:
             f.write(data)
@@ -118,13 +151,40 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _publish_no_clobber(tmp: Path, path: Path) -> None:
+    """Give a finished temporary file its final name; FileExistsError if that name is taken.
+
+    A hard link is atomic and fails on an existing name, so two writers that share a rank tag
+    can never replace each other's shards. Filesystems without hard links fall back to a
+    check-then-rename (only racy against such a second writer)."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        if exc.errno not in (
+            errno.EPERM,
+            errno.ENOTSUP,
+            errno.EOPNOTSUPP,
+            errno.EXDEV,
+            errno.EMLINK,
+        ):
+            raise
+        if path.exists():
+            raise FileExistsError(errno.EEXIST, "exists", str(path)) from None
+        os.replace(tmp, path)
+        return
+    tmp.unlink(missing_ok=True)
+
+
 def init_dump_dir(root: Path, meta: DumpMeta) -> DumpMeta:
     """Create the directory or check that an existing one holds the same kind of dump."""
+    root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     (root / "shards").mkdir(exist_ok=True)
     meta_path = root / "meta.json"
     if meta_path.exists():
-        existing = DumpMeta.from_json(json.loads(meta_path.read_text()))
+        existing = DumpMeta.load(root)
         diff = meta.compatible_with(existing)
         if diff:
             raise DumpFormatError(
@@ -160,7 +220,8 @@ class ShardWriter:
 
     With `background=True` a finished shard is written by one thread while the next fills; the
     hand-off queue holds one shard, so at most two shards' worth of host memory is in use
-    (backpressure: `add` blocks while the writer is behind).
+    (backpressure: `add` blocks while the writer is behind). `min_free_bytes` refuses a shard
+    (DumpWriteError, ENOSPC) when writing it would leave less than that free on the filesystem.
     """
 
     def __init__(
@@ -170,16 +231,24 @@ class ShardWriter:
         rank: int = 0,
         shard_bytes: int = DEFAULT_SHARD_BYTES,
         background: bool = False,
+        min_free_bytes: int = 0,
     ) -> None:
         self.root = Path(root)
         self.meta = init_dump_dir(self.root, meta)
+        if self.meta.aux_dtype not in AUX_DTYPES:
+            raise DumpFormatError(
+                f"aux_dtype {self.meta.aux_dtype!r}; expected one of {AUX_DTYPES}"
+            )
         self.rank = rank
         self.shard_bytes = shard_bytes
+        self.min_free_bytes = min_free_bytes
         self.shards_dir = self.root / "shards"
+        self._seq_lock = threading.Lock()
         self._seq = self._next_seq()
         self._reset_buffer()
         self.samples_written = 0
         self.bytes_written = 0
+        self.write_seconds = 0.0  # writer busy time: assemble + save + fsync + publish
         self._error: BaseException | None = None
         self._queue: queue.Queue | None = None
         self._thread: threading.Thread | None = None
@@ -192,22 +261,35 @@ class ShardWriter:
 
     def _next_seq(self) -> int:
         prefix = f"r{self.rank:03d}-"
-        seqs = [
-            int(p.name[len(prefix) : len(prefix) + 6])
-            for p in self.shards_dir.glob(f"{prefix}*.safetensors")
-        ]
+        seqs = []
+        for p in self.shards_dir.glob(f"{prefix}*.safetensors"):
+            digits = p.name[len(prefix) : len(prefix) + 6]
+            if digits.isdigit():
+                seqs.append(int(digits))
         return max(seqs, default=-1) + 1
 
     def _reset_buffer(self) -> None:
         self._ids: list = []
         self._aux: list = []
+        self._scale: list = []
         self._final: list = []
         self._index: list[list] = []
         self._rows = 0
         self._bytes = 0
+        self._started: float | None = None
 
-    def add(self, sample_id: str, input_ids, aux, final) -> None:
-        """Queue one sample (tensors on any device; copied to host here)."""
+    @property
+    def buffered_samples(self) -> int:
+        return len(self._index)
+
+    def buffer_age(self) -> float:
+        """Seconds since the oldest buffered sample was added (0 when the buffer is empty)."""
+        return 0.0 if self._started is None else time.monotonic() - self._started
+
+    def add(self, sample_id: str, input_ids, aux, final, aux_scale=None) -> None:
+        """Queue one sample (tensors on any device; copied to host here). For an fp8 dump, aux
+        may come already quantized (float8_e4m3fn, with `aux_scale` float32 [T, K], e.g. done on
+        the GPU before the copy); otherwise it is quantized here."""
         import torch
 
         self._raise_pending()
@@ -224,63 +306,118 @@ class ShardWriter:
                 f"{sample_id}: widths aux {aux.shape[1]} / final {final.shape[1]} do not match "
                 f"{self.meta.num_aux} x {self.meta.hidden_size}"
             )
+        if self.meta.aux_dtype == "fp8_e4m3":
+            if aux_scale is None:
+                aux, aux_scale = quantize_fp8(aux.detach(), self.meta.num_aux)
+            elif aux.dtype != torch.float8_e4m3fn or tuple(aux_scale.shape) != (
+                t,
+                self.meta.num_aux,
+            ):
+                raise ValueError(f"{sample_id}: pre-quantized aux must be fp8 with a [T, K] scale")
+            self._aux.append(aux.detach().to("cpu"))
+            self._scale.append(aux_scale.detach().to("cpu", torch.float32))
+        elif aux_scale is not None:
+            raise ValueError(f"{sample_id}: aux_scale given for a bf16 dump")
+        else:
+            self._aux.append(aux.detach().to("cpu", torch.bfloat16))
         self._ids.append(input_ids.detach().to("cpu", torch.int32))
-        self._aux.append(aux.detach().to("cpu", torch.bfloat16))
         self._final.append(final.detach().to("cpu", torch.bfloat16))
         self._index.append([sample_id, self._rows, t])
+        if self._started is None:
+            self._started = time.monotonic()
         self._rows += t
         self._bytes += t * self.meta.bytes_per_token()
         if self._bytes >= self.shard_bytes:
             self.flush()
 
     def flush(self) -> Path | None:
-        """Seal the current shard (if any). Returns its path (or its future path in background mode)."""
+        """Seal the current shard (if any). Returns its path (or its future path in background
+        mode, where concatenation, fp8 quantization and the write happen on the writer thread)."""
         if not self._index:
             return None
+        parts = (self._ids, self._aux, self._final, self._scale)
+        index = self._index
+        with self._seq_lock:
+            path = self.shards_dir / f"r{self.rank:03d}-{self._seq:06d}.safetensors"
+            self._seq += 1
+        self._reset_buffer()
+        if self._queue is not None:
+            self._queue.put((path, parts, index))
+            return path
+        return self._write(path, parts, index)
+
+    def _assemble(self, parts: tuple[list, list, list, list], index: list[list]):
         import torch
 
-        tensors = {
-            "input_ids": torch.cat(self._ids),
-            "final": torch.cat(self._final),
-        }
-        aux = torch.cat(self._aux)
+        ids, aux, final, scale = parts
+        tensors = {"input_ids": torch.cat(ids), "final": torch.cat(final)}
         if self.meta.aux_dtype == "fp8_e4m3":
-            tensors["aux_fp8"], tensors["aux_scale"] = quantize_fp8(aux, self.meta.num_aux)
+            tensors["aux_fp8"], tensors["aux_scale"] = torch.cat(aux), torch.cat(scale)
         else:
-            tensors["aux"] = aux
+            tensors["aux"] = torch.cat(aux)
         metadata = {
             "format": FORMAT,
             "format_version": str(FORMAT_VERSION),
-            "samples": json.dumps(self._index, separators=(",", ":")),
+            "producer": self.meta.producer,
+            "rank": str(self.rank),
+            "samples": json.dumps(index, separators=(",", ":")),
         }
-        path = self.shards_dir / f"r{self.rank:03d}-{self._seq:06d}.safetensors"
-        n = len(self._index)
-        self._seq += 1
-        self._reset_buffer()
-        if self._queue is not None:
-            self._queue.put((path, tensors, metadata, n))
-            return path
-        self._write(path, tensors, metadata, n)
-        return path
+        return tensors, metadata
 
-    def _write(self, path: Path, tensors: dict, metadata: dict, n: int) -> None:
+    def _check_space(self, nbytes: int, ids: list[str]) -> None:
+        if self.min_free_bytes <= 0:
+            return
+        free = shutil.disk_usage(self.shards_dir).free
+        if free < nbytes + self.min_free_bytes:
+            raise DumpWriteError(
+                errno.ENOSPC,
+                f"{self.shards_dir}: {free} bytes free; a {nbytes}-byte shard would leave less "
+                f"than the {self.min_free_bytes}-byte reserve",
+                ids,
+            )
+
+    def _write(self, path: Path, parts: tuple[list, ...], index: list[list]) -> Path:
         from safetensors.torch import save_file
 
-        tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+        ids = [entry[0] for entry in index]
+        start = time.monotonic()
+        tensors, metadata = self._assemble(parts, index)
+        nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
+        self._check_space(nbytes, ids)
+        tmp = _tmp_name(path)
         try:
             save_file(tensors, str(tmp), metadata=metadata)
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
-            os.replace(tmp, path)
+            for _ in range(1000):
+                try:
+                    _publish_no_clobber(tmp, path)
+                    break
+                except FileExistsError:  # another writer took this name: take the next free one
+                    with self._seq_lock:
+                        self._seq = max(self._seq, self._next_seq())
+                        path = self.shards_dir / f"r{self.rank:03d}-{self._seq:06d}.safetensors"
+                        self._seq += 1
+            else:
+                raise DumpWriteError(errno.EEXIST, f"{path}: no free shard name", ids)
             _fsync_dir(path.parent)
+        except DumpWriteError:
+            tmp.unlink(missing_ok=True)
+            raise
         except OSError as exc:
             tmp.unlink(missing_ok=True)
-            raise DumpWriteError(exc.errno, f"writing {path}: {exc.strerror or exc}") from exc
+            raise DumpWriteError(exc.errno, f"writing {path}: {exc.strerror or exc}", ids) from exc
+        except Exception as exc:  # safetensors reports I/O errors (ENOSPC too) as its own type
+            tmp.unlink(missing_ok=True)
+            code = errno.ENOSPC if "No space left" in str(exc) else errno.EIO
+            raise DumpWriteError(code, f"writing {path}: {exc}", ids) from exc
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        self.samples_written += n
+        self.write_seconds += time.monotonic() - start
+        self.samples_written += len(index)
         self.bytes_written += path.stat().st_size
+        return path
 
     def _drain(self) -> None:
         assert self._queue is not None
@@ -312,11 +449,62 @@ class ShardWriter:
                 self._queue = None
         self._raise_pending()
 
+    def abort(self) -> None:
+        """Drop what is buffered (it was never sealed) and stop the background thread."""
+        self._reset_buffer()
+        if self._queue is not None and self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._queue = None
+        self._error = None
+
     def __enter__(self) -> ShardWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# ---- error markers: one small JSON per sample that could not be dumped ----
+
+_SAFE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
+
+
+def safe_name(sample_id: str) -> str:
+    """A file name for a sample id that can never escape the directory (hashed when unsafe)."""
+    if _SAFE_NAME.fullmatch(sample_id) and not sample_id.startswith("."):
+        return sample_id
+    return "h-" + hashlib.sha256(sample_id.encode()).hexdigest()[:40]
+
+
+def error_marker_path(root: Path, sample_id: str) -> Path:
+    return Path(root) / ERRORS_DIR / f"{safe_name(sample_id)}.error.json"
+
+
+def write_error_marker(root: Path, sample_id: str, reason: str, **fields: Any) -> Path:
+    path = error_marker_path(root, sample_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"sample_id": sample_id, "reason": reason, "time": time.time(), **fields}
+    _atomic_write_bytes(path, (json.dumps(record, default=str) + "\n").encode())
+    return path
+
+
+def read_error_markers(root: Path) -> dict[str, dict[str, Any]]:
+    """sample id -> marker record, for every complete marker under root/errors."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in sorted((Path(root) / ERRORS_DIR).glob("*.error.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # vanished or being replaced: the next scan sees it
+        if isinstance(record, dict) and isinstance(record.get("sample_id"), str):
+            record["path"] = str(path)
+            out[record["sample_id"]] = record
+    return out
+
+
+def clear_error_marker(root: Path, sample_id: str) -> None:
+    error_marker_path(root, sample_id).unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -327,29 +515,45 @@ class SampleRef:
 
 
 class DumpReader:
-    """Read-only view of a dump directory built from shard headers alone (no data scan)."""
+    """Read-only view of a dump directory built from shard headers alone (no data scan).
+
+    `refresh()` picks up shards published since the last scan (shards are immutable)."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
-        meta_path = self.root / "meta.json"
-        if not meta_path.exists():
-            raise DumpFormatError(f"{meta_path}: missing; not a dump directory")
-        self.meta = DumpMeta.from_json(json.loads(meta_path.read_text()))
+        self.meta = DumpMeta.load(self.root)
         if self.meta.format != FORMAT:
-            raise DumpFormatError(f"{meta_path}: format {self.meta.format!r}, expected {FORMAT!r}")
+            raise DumpFormatError(
+                f"{self.root / 'meta.json'}: format {self.meta.format!r}, expected {FORMAT!r}"
+            )
         self.index: dict[str, SampleRef] = {}
         self.duplicates: list[tuple[str, Path, Path]] = []
-        self.shards = sorted(
-            p for p in (self.root / "shards").glob("r*.safetensors") if ".tmp." not in p.name
+        self.shards: list[Path] = []
+        self._seen: set[Path] = set()
+        self._handles: dict[Path, Any] = {}
+        self.refresh()
+
+    def refresh(self) -> list[str]:
+        """Index shards not seen before; returns the sample ids they added."""
+        new = sorted(
+            p
+            for p in (self.root / "shards").glob("r*.safetensors")
+            if ".tmp." not in p.name and p not in self._seen
         )
-        for shard in self.shards:
-            for sample_id, offset, length in self.shard_index(shard):
+        added: list[str] = []
+        for shard in new:
+            entries = self.shard_index(shard)
+            self._seen.add(shard)
+            self.shards.append(shard)
+            for sample_id, offset, length in entries:
                 ref = SampleRef(shard, int(offset), int(length))
                 if sample_id in self.index:
                     self.duplicates.append((sample_id, self.index[sample_id].shard, shard))
                     continue
                 self.index[sample_id] = ref
-        self._handles: dict[Path, Any] = {}
+                added.append(sample_id)
+        self.shards.sort()
+        return added
 
     @staticmethod
     def shard_index(shard: Path) -> list[list]:
@@ -376,6 +580,9 @@ class DumpReader:
     def total_tokens(self) -> int:
         return sum(ref.length for ref in self.index.values())
 
+    def total_bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.shards)
+
     def _handle(self, shard: Path):
         from safetensors import safe_open
 
@@ -384,6 +591,11 @@ class DumpReader:
             h = safe_open(str(shard), framework="pt")
             self._handles[shard] = h
         return h
+
+    def input_ids(self, sample_id: str):
+        """int32 [T] ids of one sample (reads only that slice)."""
+        ref = self.index[sample_id]
+        return self._handle(ref.shard).get_slice("input_ids")[ref.offset : ref.offset + ref.length]
 
     def get(self, sample_id: str, dequantize: bool = True) -> dict[str, Any]:
         """{'input_ids': int32 [T], 'aux': bf16 [T, K*H], 'final': bf16 [T, H]} of one sample."""
@@ -403,6 +615,9 @@ class DumpReader:
         else:
             out["aux"] = h.get_slice("aux")[sl]
         return out
+
+    def close(self) -> None:
+        self._handles.clear()
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.index)

@@ -1,0 +1,138 @@
+"""`eagle3 extract`: dump aux + final hidden states of every dataset sample.
+
+    eagle3 extract --server http://127.0.0.1:30000 --dataset OUT.jsonl --out DUMP [--launch --model M]
+    eagle3 extract --backend hf --model M --dataset OUT.jsonl --out DUMP   (torchrun for data parallel)
+
+Both write the dense format (`eagle3/dense.py`) and resume by running the same command again.
+Exit codes: 0 done, 1 failed (no canary, disk full, error markers, ids mismatch), 2 bad input
+(missing dataset/manifest, server flags, hidden size / layer count mismatch).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from remote_agent.eagle3.errors import BadInput
+
+HELP = "dump aux + final hidden states (SGLang server or the HF reference backend)"
+
+
+def _ids(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", choices=("sglang", "hf"), default="sglang")
+    parser.add_argument("--dataset", type=Path, required=True, help="merged OUT.jsonl (+ manifest)")
+    parser.add_argument("--out", type=Path, required=True, help="dump directory")
+    parser.add_argument(
+        "--model", type=Path, help="HF model dir (hf: the model; sglang: shapes, --launch)"
+    )
+    parser.add_argument(
+        "--layers", type=_ids, help="capture ids, e.g. 2,30,58 (default [2, L//2, L-3])"
+    )
+    parser.add_argument("--aux-dtype", choices=("bf16", "fp8_e4m3"), default="bf16")
+    parser.add_argument("--limit", type=int, help="only the first N dataset samples")
+    parser.add_argument(
+        "--disk-margin-gb", type=float, default=1.0, help="free space kept (default 1)"
+    )
+    parser.add_argument(
+        "--allow-no-manifest", action="store_true", help="extract an unverified dataset"
+    )
+    parser.add_argument(
+        "--progress-interval", type=float, default=5.0, help="seconds between progress lines"
+    )
+    s = parser.add_argument_group("sglang backend")
+    s.add_argument("--server", default="http://127.0.0.1:30000", help="SGLang URL")
+    s.add_argument("--concurrency", type=int, default=8, help="requests in flight")
+    s.add_argument(
+        "--rid-prefix", default="dump-", help="must equal the server's EAGLE3_DUMP_RID_PREFIX"
+    )
+    s.add_argument("--tp", type=int, help="expected (or launched) tensor-parallel size")
+    s.add_argument(
+        "--hidden-size", type=int, help="expected hidden size (default: the model config)"
+    )
+    s.add_argument(
+        "--num-layers", type=int, help="expected layer count (default: the model config)"
+    )
+    s.add_argument("--canary-timeout", type=float, default=120.0)
+    s.add_argument("--dump-timeout", type=float, default=600.0, help="max seconds without progress")
+    s.add_argument("--request-timeout", type=float, default=1800.0)
+    s.add_argument("--retries", type=int, default=2)
+    s.add_argument("--launch", action="store_true", help="start SGLang with the extraction flags")
+    s.add_argument("--launch-timeout", type=float, default=1800.0)
+    s.add_argument("--launch-arg", action="append", default=[], help="extra launch_server argument")
+    h = parser.add_argument_group("hf backend")
+    h.add_argument("--token-budget", type=int, default=16384, help="padded tokens per forward")
+    h.add_argument("--max-batch", type=int, default=512)
+    h.add_argument("--dtype", default="auto", help="auto (bf16 GPU, fp32 CPU) | bf16 | fp16 | fp32")
+    h.add_argument("--device", default="auto", help="auto | cuda | cpu")
+    h.add_argument("--shard-mb", type=float, default=2048.0)
+    h.add_argument("--min-free-gb", type=float, default=1.0, help="refuse shards below this free")
+    h.add_argument("--attn-implementation", help="e.g. sdpa, eager, flash_attention_2")
+    h.add_argument("--trust-remote-code", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.backend == "hf":
+        from remote_agent.eagle3.extraction.reference import ReferenceOptions, run_reference
+
+        if args.model is None:
+            raise BadInput("--backend hf needs --model PATH")
+        run_reference(
+            ReferenceOptions(
+                model=args.model,
+                dataset=args.dataset,
+                out=args.out,
+                layers=args.layers,
+                token_budget=args.token_budget,
+                max_batch=args.max_batch,
+                dtype=args.dtype,
+                aux_dtype=args.aux_dtype,
+                shard_mb=args.shard_mb,
+                device=args.device,
+                limit=args.limit,
+                min_free_gb=args.min_free_gb,
+                disk_margin_gb=args.disk_margin_gb,
+                attn_implementation=args.attn_implementation,
+                trust_remote_code=args.trust_remote_code,
+                require_manifest=not args.allow_no_manifest,
+                progress_interval=args.progress_interval,
+            )
+        )
+        return 0
+    from remote_agent.eagle3.extraction.client import ClientOptions, Extraction
+
+    Extraction(
+        ClientOptions(
+            server=args.server,
+            dataset=args.dataset,
+            out=args.out,
+            concurrency=args.concurrency,
+            rid_prefix=args.rid_prefix,
+            model=args.model,
+            hidden_size=args.hidden_size,
+            num_layers=args.num_layers,
+            layers=args.layers,
+            tp=args.tp,
+            aux_dtype=args.aux_dtype,
+            canary_timeout=args.canary_timeout,
+            dump_timeout=args.dump_timeout,
+            request_timeout=args.request_timeout,
+            retries=args.retries,
+            disk_margin_gb=args.disk_margin_gb,
+            limit=args.limit,
+            require_manifest=not args.allow_no_manifest,
+            launch=args.launch,
+            launch_timeout=args.launch_timeout,
+            launch_args=args.launch_arg,
+            progress_interval=args.progress_interval,
+        )
+    ).run()
+    return 0

@@ -1,0 +1,263 @@
+"""Talking to an SGLang server: a tiny stdlib HTTP client, the extraction-mode flag check on
+`/server_info`, and (optionally) launching the server with those flags and the hook's env.
+
+Required for extraction (reference §2.6): capture-only aux hidden states for EAGLE3, radix cache
+off, chunked prefill off (-1: a large chunk size still splits requests), prefill CUDA graph off,
+pipeline parallel 1, and none of the layouts that split rows across ranks.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+from remote_agent.eagle3.errors import BadInput, Failed
+
+
+class ServerError(Exception):
+    """The request did not get a 2xx answer (status is None when no answer came at all)."""
+
+    def __init__(self, status: int | None, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Http:
+    """One short-lived connection per request (thread-safe, no state to go stale)."""
+
+    def __init__(self, url: str, timeout: float = 600.0) -> None:
+        parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise BadInput(f"--server {url!r}: expected http://HOST:PORT")
+        self.url = f"{parts.scheme}://{parts.netloc}"
+        self.scheme, self.host = parts.scheme, parts.hostname
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.base = parts.path.rstrip("/")
+        self.timeout = timeout
+
+    def request(self, method: str, path: str, body: Any = None, timeout: float | None = None):
+        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+        conn = cls(self.host, self.port, timeout=timeout or self.timeout)
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        try:
+            conn.request(method, self.base + path, body=data, headers=headers)
+            resp = conn.getresponse()
+            payload = resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            raise ServerError(None, f"{method} {self.url}{path}: {exc}") from None
+        finally:
+            conn.close()
+        if not 200 <= resp.status < 300:
+            text = payload.decode(errors="replace")[:500]
+            raise ServerError(resp.status, f"{method} {self.url}{path}: HTTP {resp.status}: {text}")
+        try:
+            return json.loads(payload) if payload else None
+        except ValueError:
+            return payload.decode(errors="replace")
+
+    def get(self, path: str, timeout: float | None = None):
+        return self.request("GET", path, timeout=timeout)
+
+    def post(self, path: str, body: Any, timeout: float | None = None):
+        return self.request("POST", path, body, timeout=timeout)
+
+
+def server_info(http_: Http) -> dict[str, Any]:
+    """`/server_info` (0.5.23), falling back to the deprecated `/get_server_info`."""
+    try:
+        info = http_.get("/server_info", timeout=30)
+    except ServerError as exc:
+        if exc.status != 404:
+            raise Failed(f"cannot read the SGLang server's flags: {exc}") from None
+        try:
+            info = http_.get("/get_server_info", timeout=30)
+        except ServerError as exc2:
+            raise Failed(f"cannot read the SGLang server's flags: {exc2}") from None
+    if not isinstance(info, dict):
+        raise Failed(f"{http_.url}/server_info: expected a JSON object")
+    return info
+
+
+def model_info(http_: Http) -> dict[str, Any]:
+    try:
+        info = http_.get("/model_info", timeout=30)
+    except ServerError:
+        try:
+            info = http_.get("/get_model_info", timeout=30)
+        except ServerError:
+            return {}
+    return info if isinstance(info, dict) else {}
+
+
+def sglang_layer_ids(ids: list[int]) -> list[int]:
+    """SGLang's rule: +1 on every id only when the first id is 1."""
+    return [i + 1 for i in ids] if ids and ids[0] == 1 else list(ids)
+
+
+def _prefill_graph_off(info: dict[str, Any]) -> bool:
+    if info.get("disable_prefill_cuda_graph") is True or info.get("disable_cuda_graph") is True:
+        return True
+    if info.get("cuda_graph_backend_prefill") == "disabled":
+        return True
+    cfg = info.get("cuda_graph_config")
+    prefill = cfg.get("prefill") if isinstance(cfg, dict) else None
+    return isinstance(prefill, dict) and prefill.get("backend") == "disabled"
+
+
+def check_flags(
+    info: dict[str, Any], tp: int | None = None, layers: list[int] | None = None
+) -> list[str]:
+    """What is wrong with the server for extraction, each with the flag that fixes it."""
+    problems: list[str] = []
+
+    def need(key: str, ok, fix: str) -> None:
+        if key not in info:
+            problems.append(f"server_info has no {key!r} (not SGLang 0.5.23?); need {fix}")
+        elif not ok(info[key]):
+            problems.append(f"{key} = {info[key]!r}; start SGLang with {fix}")
+
+    need(
+        "enable_return_aux_hidden_states",
+        lambda v: v is True,
+        "--enable-return-aux-hidden-states --speculative-algorithm EAGLE3",
+    )
+    capture = info.get("aux_hidden_state_capture")
+    if capture not in (None, "EAGLE3", "eagle3"):
+        problems.append(
+            f"aux_hidden_state_capture = {capture!r}; use --speculative-algorithm EAGLE3"
+        )
+    need("disable_radix_cache", lambda v: v is True, "--disable-radix-cache")
+    need("chunked_prefill_size", lambda v: v == -1, "--chunked-prefill-size -1")
+    if not _prefill_graph_off(info):
+        problems.append(
+            "the prefill CUDA graph is on; start SGLang with --disable-prefill-cuda-graph"
+        )
+    for key, fix in (
+        ("enable_layernorm_sp", "drop --enable-layernorm-sp"),
+        ("enable_attn_tp_input_scattered", "drop --enable-attn-tp-input-scattered"),
+        ("enable_two_batch_overlap", "drop --enable-two-batch-overlap"),
+        ("enable_mixed_chunk", "drop --enable-mixed-chunk"),
+        ("enable_prefill_cp", "drop --enable-prefill-cp"),
+    ):
+        if info.get(key) is True:
+            problems.append(f"{key} is on; {fix}")
+    if info.get("pp_size", 1) not in (None, 1):
+        problems.append(f"pp_size = {info['pp_size']}; extraction needs --pp-size 1")
+    if info.get("attn_cp_size", 1) not in (None, 1):
+        problems.append(f"attn_cp_size = {info['attn_cp_size']}; extraction needs 1")
+    if tp is not None and info.get("tp_size") != tp:
+        problems.append(f"tp_size = {info.get('tp_size')!r}, expected --tp-size {tp}")
+    served = info.get("return_aux_hidden_state_layer_ids")
+    if layers and served and sglang_layer_ids(list(served)) != sglang_layer_ids(layers):
+        problems.append(
+            f"the server captures layers {sglang_layer_ids(list(served))}, expected "
+            f"{sglang_layer_ids(layers)} (--return-aux-hidden-state-layer-ids)"
+        )
+    return problems
+
+
+# ---- optional: launch SGLang ourselves ----
+
+
+def launch_command(
+    model: Path,
+    port: int,
+    tp: int | None,
+    layers: list[int] | None,
+    extra_args: list[str],
+    python: str = sys.executable,
+) -> list[str]:
+    cmd = [
+        python,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--enable-return-aux-hidden-states",
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--disable-radix-cache",
+        "--chunked-prefill-size",
+        "-1",
+        "--disable-prefill-cuda-graph",
+        "--skip-server-warmup",
+    ]
+    if tp:
+        cmd += ["--tp-size", str(tp)]
+    if layers:
+        cmd += ["--return-aux-hidden-state-layer-ids", *map(str, layers)]
+    return cmd + list(extra_args)
+
+
+def dump_env(
+    out: Path, rid_prefix: str, layers: list[int] | None, aux_dtype: str
+) -> dict[str, str]:
+    env = {
+        "EAGLE3_DUMP_DIR": str(Path(out).resolve()),
+        "EAGLE3_DUMP_RID_PREFIX": rid_prefix,
+        "EAGLE3_DUMP_AUX_DTYPE": aux_dtype,
+    }
+    if layers:
+        env["EAGLE3_DUMP_LAYER_IDS"] = ",".join(map(str, sglang_layer_ids(layers)))
+    return env
+
+
+class LaunchedServer:
+    """SGLang started in its own process group, logging to a file; stopped with the group."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str], log: Path) -> None:
+        self.cmd, self.log = cmd, log
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(log, "ab")
+        self.proc = subprocess.Popen(
+            cmd,
+            env={**os.environ, **env},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def wait_healthy(self, http_: Http, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise Failed(
+                    f"SGLang exited with {self.proc.returncode}; see {self.log}:\n{self.tail()}"
+                )
+            try:
+                http_.get("/health", timeout=5)
+                return
+            except ServerError:
+                time.sleep(2)
+        raise Failed(f"SGLang not healthy after {timeout:.0f}s; see {self.log}:\n{self.tail()}")
+
+    def tail(self, n: int = 20) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def stop(self, grace: float = 30.0) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+            except ProcessLookupError:
+                pass
+        self._log.close()

@@ -1,0 +1,62 @@
+"""`eagle3 verify-dumps DIR --dataset OUT.jsonl`: every dataset sample present exactly once,
+ids equal, shapes right, no NaN/Inf, no error markers; reports bytes per token.
+Exit codes: 0 the dump matches, 1 it does not, 2 bad input (no dump dir, no dataset)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from remote_agent.eagle3.errors import BadInput
+
+HELP = "check a dump directory against the dataset"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dump", type=Path, help="dump directory (meta.json + shards/)")
+    parser.add_argument(
+        "--dataset", type=Path, required=True, help="the OUT.jsonl it was made from"
+    )
+    parser.add_argument("--no-values", action="store_true", help="skip the NaN/Inf scan")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from remote_agent.eagle3.dense import DumpFormatError
+    from remote_agent.eagle3.extraction.dataset import open_dataset
+    from remote_agent.eagle3.extraction.verify import verify_dump
+    from remote_agent.eagle3.progress import emit
+
+    if not (args.dump / "meta.json").is_file():
+        raise BadInput(f"{args.dump}: not a dump directory (no meta.json)")
+    dataset = open_dataset(args.dataset, require_manifest=False)
+    try:
+        report = verify_dump(args.dump, dataset, check_values=not args.no_values)
+    except DumpFormatError as exc:
+        emit("result", ok=False, error=str(exc))
+        print(f"verify-dumps: {exc}")
+        return 1
+    summary = report.to_json()
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        verdict = "OK" if report.ok else "FAILED"
+        print(
+            f"{verdict}: {report.samples} samples, {report.tokens} tokens, {report.shards} shards, "
+            f"{summary['bytes_per_token']} B/token on disk (format {summary['meta_bytes_per_token']}"
+            f", per-sample formats {summary['per_sample_format_bytes_per_token']})"
+        )
+        for key in (
+            "missing",
+            "extra",
+            "duplicates",
+            "mismatched",
+            "bad_shape",
+            "nonfinite",
+            "markers",
+        ):
+            if summary[key]:
+                print(f"  {key}: {summary[key]} e.g. {summary[key + '_examples'][:5]}")
+    emit("result", **summary)
+    return 0 if report.ok else 1
