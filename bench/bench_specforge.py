@@ -1,0 +1,643 @@
+"""Bench (b): this trainer side by side with SpecForge 0.2.0's EAGLE-3 trainer, same inputs, same run.
+
+SpecForge is not installed as a package: its PyPI wheel (`specforge==0.2.0`, pure Python, pins
+torch 2.11 like the GPU machine) is put on `sys.path` as a zip. Only the EAGLE-3 pieces are
+imported: `specforge.modeling.draft.llama3_eagle.LlamaForCausalLMEagle3` (draft model, flex
+attention), `specforge.algorithms.eagle3.model.OnlineEagle3Model` (TTT loop, Triton
+`LogSoftmaxLoss`), `specforge.optimizer.BF16Optimizer` (AdamW over fp32 masters, clip 0.5,
+warmup + cosine); the offline teacher is SpecForge's `TargetHead` computation (shift by one,
+then the target lm_head in bf16: `_prepare_eagle_target`), and the step loss is
+`Eagle3TrainStrategy`'s `sum(0.8**i * ploss_i)`. Their own imports need torch, transformers,
+safetensors, huggingface_hub (comes with transformers) and triton (comes with CUDA torch);
+nothing is stubbed on the GPU. SpecForge code is never committed: fetch the wheel into the
+git-ignored `.whl/` (`pip download --no-deps -d .whl specforge==0.2.0`) and carry it along.
+
+Parts (each side runs in its own process, so compile caches, dynamo settings and peak-memory
+counters do not mix):
+
+  throughput   Kimi-K2.5-shaped drafter (bench_train's shape: hidden 7168, 64 heads, vocab
+               163,840 -> 32,000, seq 4,096, TTT 7), identical synthetic hidden states, target
+               lm_head, embedding and vocab mapping: tokens/s, peak memory, ratio.
+  acceptance   the same tiny target and data (its own greedy answers, dumped through
+               ShardWriter), both trainers for the same epochs (SpecForge: batch 1 per step as
+               in its recipes; ours: packed token budget), exported to the SGLang layout and
+               measured with the same torch reference decoder on held-out prompts.
+
+CPU rehearsal (`--device cpu`): SpecForge's Triton loss cannot run on a CPU and flex attention
+has no CPU backward, so the rehearsal swaps in a torch formula for `LogSoftmaxLoss` and
+SpecForge's own `sdpa` attention backend; this is recorded in the result (`cpu_stubs`) and
+never happens on CUDA.
+
+Run:  python3 bench/bench_specforge.py [--quick] [--part throughput|acceptance] [--wheel W]
+Writes bench/results/specforge.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+DEFAULT_WHEEL = REPO / ".whl" / "specforge-0.2.0-py3-none-any.whl"
+SF_MODULES = [
+    "specforge.modeling.draft.llama3_eagle",
+    "specforge.algorithms.eagle3.model",
+    "specforge.optimizer",
+    "specforge.utils",
+]
+
+
+# -- SpecForge import ----------------------------------------------------------------------
+
+
+def add_wheel(wheel: Path) -> None:
+    if str(wheel) not in sys.path:
+        sys.path.insert(0, str(wheel))
+
+
+def cpu_stubs() -> list[str]:
+    """CPU rehearsal only: SpecForge's Triton loss module is replaced by the same formula in torch
+    (sys.modules entry for `specforge.core.loss`), so the rest of its code runs unchanged."""
+    import importlib
+    import types
+
+    try:
+        import triton  # noqa: F401
+
+        return []
+    except ImportError:
+        pass
+    importlib.import_module("specforge.core")
+    stub = types.ModuleType("specforge.core.loss")
+    stub.LogSoftmaxLoss = torch_log_softmax_loss()
+    sys.modules["specforge.core.loss"] = stub
+    return ["specforge.core.loss.LogSoftmaxLoss -> torch formula (no triton)", "attention sdpa"]
+
+
+def torch_log_softmax_loss():
+    import torch
+
+    class LogSoftmaxLoss(torch.autograd.Function):  # SpecForge's formula, in torch
+        @staticmethod
+        def forward(ctx, logits, target, position_mask):
+            with torch.enable_grad():
+                x = logits.detach().float().requires_grad_()
+                loss = -(position_mask * target * torch.log_softmax(x, -1)).sum(-1).mean()
+                (g,) = torch.autograd.grad(loss, x)
+            ctx.save_for_backward(g.to(logits.dtype))
+            return loss.detach()
+
+        @staticmethod
+        def backward(ctx, grad):
+            (g,) = ctx.saved_tensors
+            return g * grad, None, None
+
+    return LogSoftmaxLoss
+
+
+def probe(wheel: Path, device: str) -> dict:
+    """Which SpecForge modules import here, and why not (exact errors)."""
+    import importlib
+
+    out = {"wheel": str(wheel), "exists": wheel.exists(), "modules": {}}
+    if not wheel.exists():
+        out["error"] = (
+            f"{wheel} missing: run `pip download --no-deps -d .whl specforge==0.2.0` on a machine "
+            "with network and carry .whl/ to the GPU box"
+        )
+        return out
+    out["sha256"] = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        text = z.read(meta).decode()
+    out["requires_dist"] = [
+        ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("Requires-Dist:")
+    ]
+    out["installed_with"] = "no dependencies installed: the wheel zip is put on sys.path"
+    add_wheel(wheel)
+    out["stubs"] = cpu_stubs() if device == "cpu" else []
+    for name in SF_MODULES:
+        try:
+            importlib.import_module(name)
+            out["modules"][name] = "ok"
+        except Exception as exc:  # record exactly what failed
+            out["modules"][name] = f"{type(exc).__name__}: {exc}"
+    out["ok"] = all(v == "ok" for v in out["modules"].values())
+    return out
+
+
+def sf_draft(config: dict, device: str, attention: str):
+    """SpecForge's draft model for our drafter config (same shapes), bf16 on `device`."""
+    import torch
+    from specforge.modeling.draft.llama3_eagle import LlamaForCausalLMEagle3
+    from transformers import LlamaConfig
+
+    cfg = LlamaConfig(
+        hidden_size=config["hidden_size"],
+        intermediate_size=config["intermediate_size"],
+        num_attention_heads=config["num_attention_heads"],
+        num_key_value_heads=config["num_key_value_heads"],
+        head_dim=config["head_dim"],
+        num_hidden_layers=1,
+        hidden_act="silu",
+        rms_norm_eps=config["rms_norm_eps"],
+        rope_theta=config["rope_theta"],
+        max_position_embeddings=config["max_position_embeddings"],
+        vocab_size=config["vocab_size"],
+        pad_token_id=0,
+        tie_word_embeddings=False,
+    )
+    cfg.draft_vocab_size = config["draft_vocab_size"]
+    cfg.target_hidden_size = config["target_hidden_size"]
+    model = LlamaForCausalLMEagle3(cfg, attention_backend=attention)
+    return model.to(device=device, dtype=torch.bfloat16 if device != "cpu" else torch.float32)
+
+
+class SFStep:
+    """One SpecForge training step (offline teacher from the stored final hidden state)."""
+
+    def __init__(
+        self, draft, lm_head, ttt: int, attention: str, lr: float, total_steps: int, device: str
+    ):
+        from specforge.algorithms.eagle3.model import OnlineEagle3Model
+        from specforge.optimizer import BF16Optimizer
+
+        self.draft, self.lm_head, self.ttt = draft, lm_head, ttt
+        self.model = OnlineEagle3Model(draft, length=ttt, attention_backend=attention)
+        self.opt = BF16Optimizer(
+            self.model, lr=lr, max_grad_norm=0.5, total_steps=total_steps, warmup_ratio=0.015
+        )
+
+    def __call__(self, input_ids, aux, final, loss_mask):
+        import torch
+        from specforge.utils import padding
+
+        # TargetHead.preprocess + forward (SpecForge's offline path, `_prepare_eagle_target`)
+        target = padding(final, left=False)
+        ids = padding(input_ids, left=False)
+        mask = loss_mask[..., None]
+        with torch.no_grad():
+            logits = target.to(self.lm_head.dtype) @ self.lm_head.T
+        plosses, _, acces, *_ = self.model(
+            input_ids=ids,
+            attention_mask=torch.ones_like(input_ids),
+            loss_mask=mask,
+            target=logits,
+            hidden_states=aux.to(self.draft.fc.weight.dtype),
+        )
+        loss = sum(0.8**i * p for i, p in enumerate(plosses))  # Eagle3TrainStrategy
+        loss.backward()
+        self.opt.step()
+        return float(loss), [float(a) for a in acces]
+
+
+# -- throughput worker ------------------------------------------------------------------------
+
+
+def worker_throughput(side: str, args) -> dict:
+    import bench_train
+    import torch
+
+    device = args.device
+    ns = argparse.Namespace(
+        arch="llama",
+        seq=None,
+        docs=1,
+        ttt=7,
+        steps=None,
+        attention="auto",
+        no_compile=False,
+        peak=None,
+        quick=args.quick,
+        device=device,
+        **{k: getattr(args, k, None) for k in bench_train.KIMI},
+    )
+    drafter, ctx, params, opt, config, backend = bench_train.build(ns, device)
+    seq = 4096 if device != "cpu" else 256
+    batch, _ = bench_train.synthetic_batch(config, seq, 1, device)
+    warmup, steps = (2, 4) if args.quick else (3, 10)
+    if side == "ours":
+        from remote_agent.eagle3.drafter.train import forward_backward
+
+        def one(i):
+            out = forward_backward(ctx, batch, i)
+            torch.nn.utils.clip_grad_norm_(params, 0.5)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return float(
+                sum(
+                    0.8**k * loss / c
+                    for k, (loss, c) in enumerate(zip(out.losses, out.counts, strict=True))
+                )
+            )
+
+    else:
+        add_wheel(Path(args.wheel))
+        stubs = cpu_stubs() if device == "cpu" else []
+        attention = "flex_attention" if device != "cpu" else "sdpa"
+        draft = sf_draft(config, device, attention)
+        with torch.no_grad():
+            draft.embed_tokens.weight.copy_(
+                drafter.embed_tokens.weight.to(draft.embed_tokens.weight.dtype)
+            )
+            draft.freeze_embedding()
+            draft.t2d.copy_(drafter.t2d)
+            draft.d2t.copy_(drafter.d2t)
+        lm_head = ctx.lm_head
+        del drafter, ctx, params, opt
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        step = SFStep(draft, lm_head, 7, attention, 1e-4, 1000, device)
+
+        def one(i):
+            loss, _ = step(batch.input_ids, batch.aux, batch.final, batch.loss_mask.long())
+            return loss
+
+    t0 = time.perf_counter()
+    for i in range(warmup):
+        one(i)
+    bench_train.sync(device)
+    warm = time.perf_counter() - t0
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    times, losses = [], []
+    for i in range(steps):
+        t = time.perf_counter()
+        losses.append(one(warmup + i))
+        bench_train.sync(device)
+        times.append(time.perf_counter() - t)
+    step_s = sorted(times)[len(times) // 2]
+    res = {
+        "side": side,
+        "seq": seq,
+        "warmup_s": round(warm, 1),
+        "step_s_median": round(step_s, 4),
+        "tokens_per_s": round(seq / step_s, 1),
+        "peak_mem_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2)
+        if device == "cuda"
+        else None,
+        "losses": [round(x, 5) for x in losses],
+    }
+    if side == "specforge":
+        res["attention"] = attention
+        res["cpu_stubs"] = stubs
+    else:
+        res["attention"] = backend
+    return res
+
+
+# -- acceptance workers ----------------------------------------------------------------------
+
+
+def worker_sf_train(args) -> dict:
+    """Train SpecForge's draft on the tiny target's dump for `--epochs`, export it for our eval."""
+    import random
+
+    import torch
+
+    from remote_agent.eagle3.drafter.data import Plan, load_vocab
+    from remote_agent.eagle3.drafter.loss import load_target_tensor
+
+    add_wheel(Path(args.wheel))
+    stubs = cpu_stubs() if args.device == "cpu" else []
+    work = Path(args.work)
+    ours_cfg = json.loads((work / "ours" / "model_config.json").read_text())
+    device = args.device
+    attention = "flex_attention" if device != "cpu" else "sdpa"
+    target = Path(args.target)
+    dtype = torch.bfloat16 if device != "cpu" else torch.float32
+    lm_head = load_target_tensor(target, "lm_head.weight", device, dtype)
+    embed = load_target_tensor(target, "model.embed_tokens.weight", device, dtype)
+    d2t, t2d, _ = load_vocab(work / "inputs" / "vocab.safetensors", lm_head.shape[0])
+    plan = Plan(
+        work / "inputs" / "dump",
+        work / "inputs" / "data.jsonl",
+        max_tokens=100_000,
+        holdout_fraction=args.holdout,
+    )
+    draft = sf_draft(ours_cfg, device, attention)
+    with torch.no_grad():
+        draft.embed_tokens.weight.copy_(embed.to(draft.embed_tokens.weight.dtype))
+        draft.freeze_embedding()
+        draft.t2d.copy_(t2d)
+        draft.d2t.copy_(d2t)
+    steps = len(plan.samples) * args.epochs
+    step = SFStep(draft, lm_head, args.ttt, attention, args.lr, steps, device)
+    from remote_agent.eagle3.data.records import DatasetIndex
+    from remote_agent.eagle3.dense import DumpReader
+
+    reader, index = DumpReader(plan.dump_dir), DatasetIndex.open(plan.dataset)
+    t0 = time.perf_counter()
+    tokens, losses = 0, []
+    for epoch in range(args.epochs):
+        order = list(range(len(plan.samples)))
+        random.Random(epoch).shuffle(order)
+        for i in order:
+            sid, n = plan.samples[i]
+            got, rec = reader.get(sid), index.read(sid)
+            ids = got["input_ids"].long()[None, :n].to(device)
+            mask = torch.tensor(rec.loss_mask[:n])[None].to(device)
+            mask[:, -1] = 0  # SpecForge offline: loss_mask[-1] = 0
+            loss, _ = step(
+                ids, got["aux"][None, :n].to(device), got["final"][None, :n].to(device), mask
+            )
+            losses.append(loss)
+            tokens += n
+    secs = time.perf_counter() - t0
+    # SpecForge's names equal ours (fc, midlayer.*, norm, lm_head, d2t, t2d): export via our checker
+    from remote_agent.eagle3.drafter import checkpoint as ckpt
+    from remote_agent.eagle3.drafter.export import export_checkpoint
+
+    state = {
+        k: v.float().cpu() if v.is_floating_point() else v.cpu()
+        for k, v in draft.state_dict().items()
+    }
+    state.pop("embed_tokens.weight")
+    ck = ckpt.save(
+        work / "sf-ckpt",
+        steps,
+        {
+            "model": state,
+            "vocab": {"d2t": d2t, "t2d": t2d},
+            "model_config": ours_cfg,
+            "capture_layer_ids": ours_cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"],
+            "global_step": steps,
+        },
+        {"step": steps},
+    )
+    export_checkpoint(ck, work / "sf-export", force=True)
+    return {
+        "steps": steps,
+        "seconds": round(secs, 1),
+        "tokens_per_s": round(tokens / secs, 1),
+        "loss_first": losses[0],
+        "loss_last": sum(losses[-20:]) / len(losses[-20:]),
+        "attention": attention,
+        "cpu_stubs": stubs,
+    }
+
+
+def run_acceptance(args) -> dict:
+    """Tiny target -> data/dump/vocab -> both trainers (same epochs) -> our evaluator on both."""
+    import torch
+
+    from remote_agent.eagle3.drafter.synthetic import build_inputs
+    from remote_agent.eagle3.tiny import ensure_tiny
+
+    work = Path(args.work)
+    device = args.device
+    target = Path(args.target) if args.target else ensure_tiny("gpu" if device == "cuda" else "ci")
+    n, ans = (128, 96) if args.quick else (256, 128)
+    if device == "cpu":
+        n, ans = 32, 32
+    vocab = 4096 if device == "cuda" else 256
+    inputs = build_inputs(
+        target, work / "inputs", n_samples=n, new_tokens=ans, draft_vocab=vocab, device=device
+    )
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    hidden = json.loads((target / "config.json").read_text())["hidden_size"]
+    heads = 16 if hidden >= 512 else 4
+    cfg = {
+        "target": {"path": str(target)},
+        "data": {
+            "dump": inputs["dump"],
+            "dataset": inputs["data"],
+            "vocab": inputs["vocab"],
+            "max_tokens": 4096 if device == "cuda" else 512,
+            "holdout_fraction": args.holdout,
+        },
+        "drafter": {"num_attention_heads": heads, "num_key_value_heads": heads},
+        "train": {
+            "out_dir": str(work / "ours"),
+            "epochs": args.epochs,
+            "lr": args.lr,
+            "ttt_steps": args.ttt,
+            "log_every": 5,
+            "save_every": 0,
+            "device": device,
+        },
+    }
+    (work / "train.json").write_text(json.dumps(cfg))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "remote_agent.eagle3",
+            "train",
+            "--config",
+            str(work / "train.json"),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode:
+        raise RuntimeError(proc.stderr[-3000:])
+    ours_s = time.perf_counter() - t0
+    result_line = [
+        json.loads(x[9:])
+        for x in proc.stderr.splitlines()
+        if x.startswith("@@eagle3 ") and '"result"' in x
+    ]
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "remote_agent.eagle3",
+            "export",
+            str(work / "ours"),
+            "--out",
+            str(work / "ours-export"),
+            "--force",
+        ],
+        cwd=REPO,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    sf = run_worker(args, "sf-train", ["--target", str(target)])
+    report = {
+        "target": str(target),
+        "samples": inputs["samples"],
+        "tokens": inputs["tokens"],
+        "epochs": args.epochs,
+        "ours_train": {"seconds": round(ours_s, 1), **result_line[-1]},
+        "specforge_train": sf,
+    }
+    if "error" in sf:
+        return report
+    from remote_agent.eagle3.drafter.evaluate import run_eval
+
+    n_ev, t_ev = (8, 64) if device == "cuda" else (3, 24)
+    for name, export in (("ours", work / "ours-export"), ("specforge", work / "sf-export")):
+        ev = run_eval(
+            target,
+            export,
+            Path(inputs["data"]),
+            n_ev,
+            t_ev,
+            device=device,
+            split="holdout",
+            holdout_fraction=args.holdout,
+            compare_untrained=(name == "ours"),
+        )
+        report[f"eval_{name}"] = {
+            k: ev["trained"][k] for k in ("accept_length", "accepted_at_position", "lossless")
+        }
+        if "untrained" in ev:
+            report["eval_untrained"] = {"accept_length": ev["untrained"]["accept_length"]}
+    return report
+
+
+# -- orchestration ----------------------------------------------------------------------------
+
+
+def run_worker(args, role: str, extra: list[str] | None = None) -> dict:
+    out = Path(args.work) / f"{role}.json"
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        role,
+        "--device",
+        args.device,
+        "--wheel",
+        str(args.wheel),
+        "--work",
+        str(args.work),
+        "--epochs",
+        str(args.epochs),
+        "--lr",
+        str(args.lr),
+        "--ttt",
+        str(args.ttt),
+        "--holdout",
+        str(args.holdout),
+        *(extra or []),
+    ]
+    if args.quick:
+        cmd.append("--quick")
+    for key in ("heads", "kv_heads", "inter"):
+        if getattr(args, key, None):
+            cmd += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    if proc.returncode or not out.exists():
+        return {"error": proc.stderr[-4000:] or f"exit {proc.returncode}"}
+    return json.loads(out.read_text())
+
+
+def machine(device: str) -> dict:
+    import platform
+
+    import torch
+
+    info = {"python": platform.python_version(), "torch": torch.__version__, "device": device}
+    if device == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(0)
+    try:
+        import transformers
+
+        info["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", choices=("cuda", "cpu"))
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--part", action="append", choices=("throughput", "acceptance"))
+    p.add_argument("--wheel", type=Path, default=DEFAULT_WHEEL)
+    p.add_argument("--target", help="tiny target for the acceptance part (default: tiny preset)")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--ttt", type=int, default=7)
+    p.add_argument("--holdout", type=float, default=0.1)
+    p.add_argument("--work", type=Path)
+    for key in ("heads", "kv_heads", "inter"):  # throughput shape overrides (default Kimi)
+        p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=int)
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "specforge.json")
+    args = p.parse_args(argv)
+    import torch
+
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if args.worker:  # a child process: one side, result as JSON in the work dir
+        if args.worker == "probe":
+            res = probe(Path(args.wheel), args.device)
+        elif args.worker.startswith("throughput-"):
+            res = worker_throughput(args.worker.split("-", 1)[1], args)
+        elif args.worker == "sf-train":
+            res = worker_sf_train(args)
+        else:
+            raise SystemExit(f"unknown worker {args.worker}")
+        (Path(args.work) / f"{args.worker}.json").write_text(json.dumps(res, indent=1, default=str))
+        return 0
+
+    parts = args.part or ["throughput", "acceptance"]
+    args.work = args.work or Path(tempfile.mkdtemp(prefix="bench-specforge-"))
+    args.work.mkdir(parents=True, exist_ok=True)
+    report = {"bench": "specforge", "machine": machine(args.device), "tried": []}
+    report["probe"] = run_worker(args, "probe")
+    report["tried"].append(
+        "wheel on sys.path (zipimport), import the EAGLE-3 modules only: " + ", ".join(SF_MODULES)
+    )
+    sf_ok = report["probe"].get("ok", False)
+    if "throughput" in parts:
+        ours = run_worker(args, "throughput-ours")
+        sf = (
+            run_worker(args, "throughput-specforge")
+            if sf_ok
+            else {"error": "SpecForge did not import", "probe": report["probe"]}
+        )
+        tp = {"ours": ours, "specforge": sf}
+        if "tokens_per_s" in ours and "tokens_per_s" in sf:
+            tp["throughput_ratio"] = round(ours["tokens_per_s"] / sf["tokens_per_s"], 3)
+            if ours.get("peak_mem_gb") and sf.get("peak_mem_gb"):
+                tp["memory_ratio"] = round(ours["peak_mem_gb"] / sf["peak_mem_gb"], 3)
+            tp["goal_ratio"] = 1.5
+        report["throughput"] = tp
+    if "acceptance" in parts:
+        try:
+            report["acceptance"] = run_acceptance(args)
+        except Exception as exc:
+            report["acceptance"] = {"error": f"{type(exc).__name__}: {exc}"}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    print(json.dumps(report, indent=1, default=str)[:6000])
+    tp = report.get("throughput", {})
+    if "throughput_ratio" in tp:
+        print(
+            f"bench_specforge: ours {tp['ours']['tokens_per_s']} tok/s vs SpecForge "
+            f"{tp['specforge']['tokens_per_s']} tok/s = {tp['throughput_ratio']}x (goal 1.5x); "
+            f"memory {tp['ours']['peak_mem_gb']} vs {tp['specforge']['peak_mem_gb']} GB"
+        )
+    acc = report.get("acceptance", {})
+    if "eval_ours" in acc and "eval_specforge" in acc:
+        print(
+            f"bench_specforge: accept length ours {acc['eval_ours']['accept_length']} vs SpecForge "
+            f"{acc['eval_specforge']['accept_length']} (untrained {acc.get('eval_untrained')}) "
+            f"after {args.epochs} epochs"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

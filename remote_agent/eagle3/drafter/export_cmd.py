@@ -1,0 +1,39 @@
+"""`eagle3 export CKPT --out DIR`: write an SGLang-loadable drafter, checked against the loader."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "write an SGLang-loadable drafter checkpoint, checked against the loader contract"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "checkpoint", help="checkpoint directory (step-N) or a run directory (newest)"
+    )
+    parser.add_argument(
+        "--out", required=True, help="output directory (config.json + model.safetensors)"
+    )
+    parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
+    parser.add_argument(
+        "--layer-prefix",
+        default="midlayer",
+        choices=("midlayer", "layers.0"),
+        help="name of the decoder layer in the checkpoint (SGLang accepts both)",
+    )
+    parser.add_argument("--force", action="store_true", help="replace an existing output directory")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from remote_agent.eagle3.drafter.export import export_checkpoint
+    from remote_agent.eagle3.progress import emit
+
+    result = export_checkpoint(
+        Path(args.checkpoint), Path(args.out), args.dtype, args.layer_prefix, args.force
+    )
+    print(f"eagle3 export: {result['out']} ({result['tensors']} tensors, contract ok)")
+    print(f"serve with: {result['serve_flags']}")
+    emit("result", command="export", **result)
+    return 0

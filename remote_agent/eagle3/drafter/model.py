@@ -1,0 +1,388 @@
+"""The EAGLE-3 drafter, in one file: the model SGLang 0.5.23 serves, written for training.
+
+Two attention flavours behind one layout (chosen by `architectures` in the config dict, which
+is exactly the config.json the exporter writes):
+
+* `LlamaForCausalLMEagle3` (sglang/srt/models/llama_eagle3.py): GQA attention with neox RoPE.
+* `Eagle3DeepseekV2ForCausalLM` (sglang/srt/models/kimi_k25_eagle3.py): DeepSeek multi-latent
+  attention (q_a/q_b low-rank query, kv_a compressed KV + shared rotary key, kv_b expansion),
+  interleaved (GPT-J) RoPE on the rotary dims.
+
+Data flow of one draft step (identical in SGLang and here):
+
+    g        = fc(concat(aux_1..aux_K))                  (step 0 only; K target layers)
+    x        = concat(input_layernorm(embed(token)), hidden_norm(g))      width 2H
+    residual = g + attn(x)                               (attention input is 2H wide)
+    out      = residual + mlp(post_attention_layernorm(residual))   = pre-norm hidden
+    logits   = lm_head(norm(out))                        (draft vocabulary)
+    next g   = out (or norm(out) when norm_output)
+
+The embedding is the target's and stays frozen (SGLang replaces the draft embedding with the
+target's at load). `d2t[i]` maps draft id i to target id i + d2t[i]; `t2d` marks target ids
+that are in the draft vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+LLAMA_ARCH = "LlamaForCausalLMEagle3"
+MLA_ARCH = "Eagle3DeepseekV2ForCausalLM"
+
+
+def build_config(
+    drafter: Any,
+    *,
+    target_hidden: int,
+    vocab_size: int,
+    draft_vocab_size: int,
+    aux_layer_ids: list[int],
+) -> dict[str, Any]:
+    """The drafter's config dict = the SGLang config.json (DrafterSection -> resolved numbers).
+
+    aux_layer_ids are the capture layers the drafter is trained on (input-of-layer convention);
+    eagle_config gets the ids that make SGLang capture exactly those (its +1 rule).
+    """
+    from remote_agent.eagle3.drafter.contract import config_ids_for
+
+    hidden = drafter.hidden_size or target_hidden
+    heads = drafter.num_attention_heads
+    inter = drafter.intermediate_size or int(math.ceil(hidden * 8 / 3 / 64) * 64)
+    common = {
+        "hidden_size": hidden,
+        "intermediate_size": inter,
+        "num_attention_heads": heads,
+        "num_hidden_layers": 1,
+        "hidden_act": "silu",
+        "rms_norm_eps": drafter.rms_norm_eps,
+        "rope_theta": drafter.rope_theta,
+        "rope_scaling": None,
+        "max_position_embeddings": drafter.max_position_embeddings,
+        "vocab_size": vocab_size,
+        "draft_vocab_size": draft_vocab_size,
+        "target_hidden_size": target_hidden,
+        "tie_word_embeddings": False,
+        "bias": False,
+        "fc_norm": bool(drafter.fc_norm),
+        "norm_output": bool(drafter.norm_output),
+        "torch_dtype": "bfloat16",
+        "eagle_config": {
+            "eagle_aux_hidden_state_layer_ids": config_ids_for(list(aux_layer_ids)),
+            "use_aux_hidden_state": True,
+        },
+    }
+    if drafter.arch == "llama":
+        kv = drafter.num_key_value_heads or heads
+        head_dim = drafter.head_dim or hidden // heads
+        return {
+            "architectures": [LLAMA_ARCH],
+            "model_type": "llama",
+            **common,
+            "num_key_value_heads": kv,
+            "head_dim": head_dim,
+        }
+    return {
+        "architectures": [MLA_ARCH],
+        "model_type": "deepseek_v3",
+        **common,
+        "num_key_value_heads": heads,
+        "q_lora_rank": drafter.q_lora_rank,
+        "kv_lora_rank": drafter.kv_lora_rank,
+        "qk_nope_head_dim": drafter.qk_nope_head_dim,
+        "qk_rope_head_dim": drafter.qk_rope_head_dim,
+        "v_head_dim": drafter.v_head_dim,
+        "rope_interleave": True,
+    }
+
+
+def num_aux(config: dict[str, Any]) -> int:
+    ids = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    return len(ids) if ids else 3
+
+
+# ---------------------------------------------------------------------------------------------
+# building blocks
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (xf * self.weight.float()).to(x.dtype)
+
+
+def rope_cos_sin(
+    positions: torch.Tensor, dim: int, theta: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin [..., dim/2] (fp32) for integer positions."""
+    inv = 1.0 / (
+        theta ** (torch.arange(0, dim, 2, device=positions.device, dtype=torch.float32) / dim)
+    )
+    ang = positions.float().unsqueeze(-1) * inv
+    return ang.cos(), ang.sin()
+
+
+def rope_neox(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Llama style: rotate the two halves. x [B, heads, L, d]; cos/sin [B, L, d/2]."""
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    x1, x2 = x.float().chunk(2, dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+
+
+def rope_interleaved(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """DeepSeek style (rope_interleave, SGLang is_neox_style=False): rotate (x[2i], x[2i+1]) pairs."""
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    xf = x.float()
+    x1, x2 = xf[..., 0::2], xf[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2).to(x.dtype)
+
+
+def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    b, t, _ = x.shape
+    return x.view(b, t, heads, -1).transpose(1, 2)  # [B, heads, L, d]
+
+
+class LlamaAttention(nn.Module):
+    """Projections of SGLang's LlamaAttention with a 2H-wide input (q/k/v), neox RoPE."""
+
+    def __init__(self, c: dict[str, Any]) -> None:
+        super().__init__()
+        h, self.heads, self.kv_heads = (
+            c["hidden_size"],
+            c["num_attention_heads"],
+            c["num_key_value_heads"],
+        )
+        self.head_dim = c["head_dim"]
+        self.theta = c["rope_theta"]
+        self.q_proj = nn.Linear(2 * h, self.heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(2 * h, self.kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(2 * h, self.kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, h, bias=False)
+        self.scale = self.head_dim**-0.5
+
+    def qkv(self, x: torch.Tensor, positions: torch.Tensor):
+        cos, sin = rope_cos_sin(positions, self.head_dim, self.theta)
+        q = rope_neox(_split_heads(self.q_proj(x), self.heads), cos, sin)
+        k = rope_neox(_split_heads(self.k_proj(x), self.kv_heads), cos, sin)
+        v = _split_heads(self.v_proj(x), self.kv_heads)
+        return q, k, v
+
+    def out(self, o: torch.Tensor) -> torch.Tensor:
+        b, _, t, _ = o.shape
+        return self.o_proj(o.transpose(1, 2).reshape(b, t, -1))
+
+
+class MLAAttention(nn.Module):
+    """DeepSeek multi-latent attention in its unabsorbed (training) form, 2H-wide input."""
+
+    def __init__(self, c: dict[str, Any]) -> None:
+        super().__init__()
+        h, self.heads = c["hidden_size"], c["num_attention_heads"]
+        self.nope, self.rope = c["qk_nope_head_dim"], c["qk_rope_head_dim"]
+        self.v_dim, self.kv_lora = c["v_head_dim"], c["kv_lora_rank"]
+        self.theta = c["rope_theta"]
+        eps = c["rms_norm_eps"]
+        self.q_a_proj = nn.Linear(2 * h, c["q_lora_rank"], bias=False)
+        self.q_a_layernorm = RMSNorm(c["q_lora_rank"], eps)
+        self.q_b_proj = nn.Linear(
+            c["q_lora_rank"], self.heads * (self.nope + self.rope), bias=False
+        )
+        self.kv_a_proj_with_mqa = nn.Linear(2 * h, self.kv_lora + self.rope, bias=False)
+        self.kv_a_layernorm = RMSNorm(self.kv_lora, eps)
+        self.kv_b_proj = nn.Linear(self.kv_lora, self.heads * (self.nope + self.v_dim), bias=False)
+        self.o_proj = nn.Linear(self.heads * self.v_dim, h, bias=False)
+        self.head_dim = self.nope + self.rope
+        self.kv_heads = self.heads
+        self.scale = self.head_dim**-0.5
+
+    def qkv(self, x: torch.Tensor, positions: torch.Tensor):
+        cos, sin = rope_cos_sin(positions, self.rope, self.theta)
+        q = _split_heads(self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x))), self.heads)
+        q_nope, q_pe = q.split([self.nope, self.rope], dim=-1)
+        latent, k_pe = self.kv_a_proj_with_mqa(x).split([self.kv_lora, self.rope], dim=-1)
+        kv = _split_heads(self.kv_b_proj(self.kv_a_layernorm(latent)), self.heads)
+        k_nope, v = kv.split([self.nope, self.v_dim], dim=-1)
+        k_pe = rope_interleaved(k_pe.unsqueeze(1), cos, sin)  # one rotary key shared by all heads
+        q = torch.cat([q_nope, rope_interleaved(q_pe, cos, sin)], dim=-1)
+        k = torch.cat([k_nope, k_pe.expand(-1, self.heads, -1, -1)], dim=-1)
+        return q, k, v
+
+    def out(self, o: torch.Tensor) -> torch.Tensor:
+        b, _, t, _ = o.shape
+        return self.o_proj(o.transpose(1, 2).reshape(b, t, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden: int, inter: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, inter, bias=False)
+        self.up_proj = nn.Linear(hidden, inter, bias=False)
+        self.down_proj = nn.Linear(inter, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    """The one EAGLE-3 layer, split around attention so the TTT kernel can sit in between."""
+
+    def __init__(self, c: dict[str, Any]) -> None:
+        super().__init__()
+        h, eps = c["hidden_size"], c["rms_norm_eps"]
+        self.input_layernorm = RMSNorm(h, eps)
+        self.hidden_norm = RMSNorm(h, eps)
+        self.self_attn = MLAAttention(c) if c["architectures"][0] == MLA_ARCH else LlamaAttention(c)
+        self.post_attention_layernorm = RMSNorm(h, eps)
+        self.mlp = MLP(h, c["intermediate_size"])
+
+    def pre(self, hidden: torch.Tensor, embeds: torch.Tensor, positions: torch.Tensor):
+        """-> q [B, heads, L, d], k, v [B, kv_heads, L, d|dv], residual [B, L, H]."""
+        x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(hidden)], dim=-1)
+        q, k, v = self.self_attn.qkv(x, positions)
+        return q, k, v, hidden
+
+    def post(self, attn: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """attention output [B, heads, L, dv] -> pre-norm hidden [B, L, H]."""
+        residual = residual + self.self_attn.out(attn)
+        return residual + self.mlp(self.post_attention_layernorm(residual))
+
+
+class Eagle3Drafter(nn.Module):
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__()
+        self.config = config
+        c = config
+        h, th = c["hidden_size"], c["target_hidden_size"]
+        self.k_aux = num_aux(c)
+        self.embed_tokens = nn.Embedding(c["vocab_size"], h)
+        # SGLang swaps in the target embedding unless the widths differ: then it is trained.
+        self.embed_tokens.weight.requires_grad_(h != th)
+        self.fc_norm = (
+            nn.ModuleList(RMSNorm(th, c["rms_norm_eps"]) for _ in range(self.k_aux))
+            if c.get("fc_norm")
+            else None
+        )
+        self.fc = nn.Linear(self.k_aux * th, h, bias=bool(c.get("bias")))
+        self.midlayer = DecoderLayer(c)
+        self.norm = RMSNorm(h, c["rms_norm_eps"])
+        self.lm_head = nn.Linear(h, c["draft_vocab_size"], bias=False)
+        self.register_buffer("d2t", torch.zeros(c["draft_vocab_size"], dtype=torch.long))
+        self.register_buffer("t2d", torch.ones(c["vocab_size"], dtype=torch.bool))
+        self.norm_output = bool(c.get("norm_output"))
+
+    # -- setup ---------------------------------------------------------------------------
+
+    def init_weights(self, std: float, generator: torch.Generator | None = None) -> None:
+        for name, p in self.named_parameters():
+            if name.endswith("norm.weight") or ".fc_norm." in name or "layernorm" in name:
+                nn.init.ones_(p)
+            elif name != "embed_tokens.weight" or p.requires_grad:
+                with torch.no_grad():
+                    p.normal_(0.0, std, generator=generator)
+
+    def set_vocab(self, d2t: torch.Tensor, t2d: torch.Tensor) -> None:
+        self.d2t.copy_(d2t)
+        self.t2d.copy_(t2d)
+
+    def draft_ids(self) -> torch.Tensor:
+        """Target ids of the draft vocabulary, in draft order."""
+        return torch.arange(self.d2t.numel(), device=self.d2t.device) + self.d2t
+
+    # -- the pieces of a draft step ------------------------------------------------------
+
+    def project(self, aux: torch.Tensor) -> torch.Tensor:
+        """aux [B, L, K*Ht] -> g [B, L, H] (optionally per-chunk RMSNorm first, EAGLE-3.1)."""
+        if self.fc_norm is not None:
+            chunks = aux.chunk(self.k_aux, dim=-1)
+            aux = torch.cat([n(ch) for n, ch in zip(self.fc_norm, chunks, strict=True)], dim=-1)
+        return self.fc(aux)
+
+    def next_hidden(self, out: torch.Tensor) -> torch.Tensor:
+        return self.norm(out) if self.norm_output else out
+
+    def logits(self, out: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.norm(out))
+
+    # -- training-time test --------------------------------------------------------------
+
+    def ttt(self, aux: torch.Tensor, step_ids, positions: torch.Tensor, attention, steps: int):
+        """Unroll `steps` draft steps over a packed sequence; returns the pre-norm outputs.
+
+        step_ids[k] holds the input tokens of step k ([B, L]: token t+1+k at position t).
+        `attention(q, k0, v0, ks, vs)` lets the step-k query at position t see the step-0 keys
+        at positions <= t of its document plus the keys of steps 1..k at position t itself,
+        exactly what the query of draft step k sees in SGLang's chain.
+        """
+        layer = self.midlayer
+        hidden = self.project(aux)
+        k0 = v0 = None
+        ks: list[torch.Tensor] = []
+        vs: list[torch.Tensor] = []
+        outs = []
+        for k in range(steps):
+            q, kk, vv, residual = layer.pre(hidden, self.embed_tokens(step_ids[k]), positions + k)
+            if k == 0:
+                k0, v0 = kk, vv
+            else:
+                ks.append(kk)
+                vs.append(vv)
+            out = layer.post(attention(q, k0, v0, ks, vs), residual)
+            outs.append(out)
+            hidden = self.next_hidden(out)
+        return outs
+
+    # -- inference: one chain of draft tokens --------------------------------------------
+
+    @torch.no_grad()
+    def draft_chain(self, aux: torch.Tensor, ids: torch.Tensor, steps: int) -> list[int]:
+        """Greedy chain of `steps` draft tokens (target ids) after a verified context.
+
+        aux [T, K*Ht]: target aux states of tokens 0..T-1; ids [T+1]: those tokens plus the
+        newest (bonus) token. Plain full attention per step: an independent restatement of
+        what `ttt` computes, used by the evaluator and to test the TTT kernel.
+        """
+        layer, attn = self.midlayer, self.midlayer.self_attn
+        t = aux.shape[0]
+        dtype = self.fc.weight.dtype
+        hidden = self.project(aux.to(dtype).unsqueeze(0))
+        positions = torch.arange(t, device=aux.device).unsqueeze(0)
+        q, k0, v0, residual = layer.pre(hidden, self.embed_tokens(ids[1:].unsqueeze(0)), positions)
+        mask = torch.ones(t, t, dtype=torch.bool, device=aux.device).tril()
+        o = _attend(q, k0, v0, attn.scale, mask)
+        out = layer.post(o, residual)[:, -1:]
+        keys, values = [k0], [v0]
+        drafts: list[int] = []
+        for k in range(steps):
+            token = int(self.draft_ids()[self.logits(out)[0, -1].argmax()])
+            drafts.append(token)
+            if k == steps - 1:
+                break
+            pos = torch.tensor([[t - 1 + k + 1]], device=aux.device)
+            emb = self.embed_tokens(torch.tensor([[token]], device=aux.device))
+            q, kk, vv, residual = layer.pre(self.next_hidden(out), emb, pos)
+            keys.append(kk)
+            values.append(vv)
+            o = _attend(q, torch.cat(keys, dim=2), torch.cat(values, dim=2), attn.scale, None)
+            out = layer.post(o, residual)
+        return drafts
+
+
+def _attend(q, k, v, scale: float, mask: torch.Tensor | None) -> torch.Tensor:
+    """Plain softmax attention (fp32) with GQA expansion; mask [Lq, Lk] bool or None."""
+    rep = q.shape[1] // k.shape[1]
+    if rep > 1:
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    s = (q.float() @ k.float().transpose(-1, -2)) * scale
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    return (s.softmax(-1) @ v.float()).to(q.dtype)

@@ -1,0 +1,206 @@
+"""Attention across training-time-test steps, without a dense mask per step.
+
+At TTT step k the query at packed position t attends to
+
+    * the step-0 keys at positions j <= t of the same document (causal + document mask), and
+    * the keys of steps 1..k at position t itself (the "diagonal"),
+
+which is what the query of draft step k sees in SGLang's chain (target context + the earlier
+draft tokens). SpecForge concatenates the K/V of all steps (KV length L*(k+1)) under one flex
+mask. Here the two parts are split: one causal/document attention over the step-0 keys that
+also returns its log-sum-exp, and the diagonal terms (k dot products per position) merged in
+closed form:
+
+    out = (e^lse0 * o0 + sum_j e^s_j v_j) / (e^lse0 + sum_j e^s_j),   s_j = q . k_j * scale
+
+so a step costs one causal attention plus O(L*k*d), and the block mask (built once per batch)
+is shared by every step.
+
+Backends for the causal part (all return (out, lse) with gradients through both):
+    flex     torch flex_attention with a document block mask (CUDA; compiled)
+    chunked  pure torch, query blocks with recomputation (memory O(block x L); CPU fallback)
+    dense    the plain formula with a full mask (reference for tests)
+"""
+
+from __future__ import annotations
+
+import torch
+
+BLOCK = 128
+
+
+def doc_ids_from_lengths(lengths: list[int], total: int, device=None) -> torch.Tensor:
+    """[total] document id per packed position; padding after the documents is one more doc."""
+    ids = torch.full((total,), len(lengths), dtype=torch.int32, device=device)
+    start = 0
+    for i, n in enumerate(lengths):
+        ids[start : start + n] = i
+        start += n
+    return ids
+
+
+class TTTAttention:
+    """Callable attention(q, k0, v0, ks, vs) for one packed batch (doc ids [B, L])."""
+
+    def __init__(
+        self,
+        doc: torch.Tensor,
+        scale: float,
+        backend: str = "chunked",
+        block: int = BLOCK,
+        compiled: bool = True,
+    ):
+        self.doc = doc
+        self.compiled = compiled  # eager flex (tests on CPU) materialises the scores
+        self.scale = scale
+        self.backend = backend
+        self.block = block
+        self.block_mask = None
+        if backend == "flex":
+            self.block_mask = _flex_block_mask(doc, compiled and doc.is_cuda)
+        elif backend not in ("chunked", "dense"):
+            raise ValueError(f"unknown attention backend {backend!r}")
+
+    def causal(self, q, k, v):
+        if self.backend == "flex":
+            return _flex_causal(q, k, v, self.block_mask, self.scale, self.compiled)
+        if self.backend == "dense":
+            return _dense_causal(q, k, v, self.doc, self.scale)
+        return _chunked_causal(q, k, v, self.doc, self.scale, self.block)
+
+    def __call__(self, q, k0, v0, ks, vs):
+        o0, lse0 = self.causal(q, k0, v0)
+        return merge_diagonal(o0, lse0, q, ks, vs, self.scale)
+
+
+def _expand_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
+    rep = heads // x.shape[1]
+    return x.repeat_interleave(rep, dim=1) if rep > 1 else x
+
+
+def _acc(x: torch.Tensor) -> torch.dtype:
+    """Accumulation dtype: at least fp32 (fp64 stays fp64 for gradient checks)."""
+    return torch.promote_types(x.dtype, torch.float32)
+
+
+def merge_diagonal(o0, lse0, q, ks, vs, scale: float) -> torch.Tensor:
+    """Fold the per-position keys of steps 1..k into the causal result (fp32 merge)."""
+    if not ks:
+        return o0
+    heads = q.shape[1]
+    acc = _acc(q)
+    qf = q.to(acc)
+    s = torch.stack([(qf * _expand_kv(k, heads).to(acc)).sum(-1) * scale for k in ks], dim=-1)
+    m = torch.maximum(lse0.to(acc), s.amax(-1))
+    w0 = torch.exp(lse0.to(acc) - m)
+    w = torch.exp(s - m.unsqueeze(-1))
+    vstack = torch.stack([_expand_kv(v, heads).to(acc) for v in vs], dim=-2)  # [B,h,L,k,dv]
+    num = w0.unsqueeze(-1) * o0.to(acc) + (w.unsqueeze(-1) * vstack).sum(-2)
+    return (num / (w0 + w.sum(-1)).unsqueeze(-1)).to(q.dtype)
+
+
+def _mask(doc: torch.Tensor, q_lo: int, q_hi: int, k_hi: int) -> torch.Tensor:
+    """[B, 1, q, k] causal + same-document mask for queries q_lo..q_hi-1 and keys 0..k_hi-1."""
+    qi = torch.arange(q_lo, q_hi, device=doc.device)
+    ki = torch.arange(0, k_hi, device=doc.device)
+    causal = ki.unsqueeze(0) <= qi.unsqueeze(1)
+    same = doc[:, q_lo:q_hi].unsqueeze(-1) == doc[:, :k_hi].unsqueeze(-2)
+    return (causal.unsqueeze(0) & same).unsqueeze(1)
+
+
+def _softmax_attend(q, k, v, mask, scale):
+    heads, acc = q.shape[1], _acc(q)
+    s = (q.to(acc) @ _expand_kv(k, heads).to(acc).transpose(-1, -2)) * scale
+    s = s.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - lse.unsqueeze(-1))
+    return (p @ _expand_kv(v, heads).to(acc)).to(q.dtype), lse
+
+
+def _dense_causal(q, k, v, doc, scale):
+    n = q.shape[2]
+    return _softmax_attend(q, k, v, _mask(doc, 0, n, n), scale)
+
+
+def _chunk_fn(q_blk, k, v, doc, lo, hi, scale):
+    return _softmax_attend(q_blk, k[:, :, :hi], v[:, :, :hi], _mask(doc, lo, hi, hi), scale)
+
+
+def _chunked_causal(q, k, v, doc, scale, block):
+    """Query blocks; each sees keys up to its last row; recomputed in backward (no L^2 saved)."""
+    from torch.utils.checkpoint import checkpoint
+
+    n = q.shape[2]
+    outs, lses = [], []
+    grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    for lo in range(0, n, block):
+        hi = min(lo + block, n)
+        args = (q[:, :, lo:hi], k, v, doc, lo, hi, scale)
+        if grad:
+            o, lse = checkpoint(_chunk_fn, *args, use_reentrant=False)
+        else:
+            o, lse = _chunk_fn(*args)
+        outs.append(o)
+        lses.append(lse)
+    return torch.cat(outs, dim=2), torch.cat(lses, dim=2)
+
+
+# -- flex attention --------------------------------------------------------------------------
+
+_FLEX = None
+
+
+def _flex_fn(compiled: bool = True):
+    """flex_attention compiled once per process (eager flex materialises the full scores)."""
+    global _FLEX
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if not compiled:
+        return flex_attention
+    if _FLEX is None:
+        _FLEX = torch.compile(flex_attention, dynamic=False)
+    return _FLEX
+
+
+def _flex_block_mask(doc: torch.Tensor, compile_mask: bool):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    b, n = doc.shape
+
+    def mask_mod(bi, h, qi, ki):
+        return (ki <= qi) & (doc[bi, qi] == doc[bi, ki])
+
+    return create_block_mask(mask_mod, b, None, n, n, device=doc.device, _compile=compile_mask)
+
+
+def _pow2(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+def _flex_causal(q, k, v, block_mask, scale, compiled=True):
+    heads = q.shape[1]
+    dv = v.shape[-1]
+    # The Triton kernels want power-of-two head widths (Kimi Llama: 112; MLA: 192 / 128): zero
+    # padding leaves q.k unchanged (scale is explicit) and the padded value columns are sliced off.
+    d = _pow2(max(q.shape[-1], dv))
+    if q.shape[-1] != d:
+        q = torch.nn.functional.pad(q, (0, d - q.shape[-1]))
+        k = torch.nn.functional.pad(k, (0, d - k.shape[-1]))
+    if dv != d:
+        v = torch.nn.functional.pad(v, (0, d - dv))
+    out, lse = _flex_fn(compiled)(
+        q,
+        k,
+        v,
+        block_mask=block_mask,
+        scale=scale,
+        enable_gqa=k.shape[1] != heads,
+        return_lse=True,
+    )
+    return out[..., :dv], lse.float()
+
+
+def pick_backend(requested: str, device: torch.device) -> str:
+    if requested != "auto":
+        return requested
+    return "flex" if device.type == "cuda" else "chunked"

@@ -1,0 +1,94 @@
+"""TTT attention: the split kernel (causal part + closed-form diagonal) against a naive reference
+that builds SpecForge's layout literally: K/V of all steps concatenated, one dense mask."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from remote_agent.eagle3.drafter.ttt_attention import TTTAttention, doc_ids_from_lengths
+
+
+def naive_ttt(q, k0, v0, ks, vs, doc, scale):
+    """Step-k query at t sees step-0 keys j<=t of its document and key t of steps 1..k."""
+    b, h, n, _ = q.shape
+    rep = h // k0.shape[1]
+    keys = torch.cat([k0, *ks], dim=2).repeat_interleave(rep, dim=1)
+    values = torch.cat([v0, *vs], dim=2).repeat_interleave(rep, dim=1)
+    mask = torch.zeros(b, n, n * (1 + len(ks)), dtype=torch.bool)
+    for bi in range(b):
+        for t in range(n):
+            for j in range(t + 1):
+                mask[bi, t, j] = bool(doc[bi, t] == doc[bi, j])
+            for s in range(len(ks)):
+                mask[bi, t, n * (s + 1) + t] = True
+    s = (q @ keys.transpose(-1, -2)) * scale
+    s = s.masked_fill(~mask.unsqueeze(1), float("-inf"))
+    return s.softmax(-1) @ values
+
+
+def _inputs(heads=4, kv_heads=2, n=24, d=8, dv=8, steps=3, seed=0, lengths=(7, 10, 4)):
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64).requires_grad_()
+
+    q = r(1, heads, n, d)
+    k0, v0 = r(1, kv_heads, n, d), r(1, kv_heads, n, dv)
+    ks = [r(1, kv_heads, n, d) for _ in range(steps - 1)]
+    vs = [r(1, kv_heads, n, dv) for _ in range(steps - 1)]
+    doc = doc_ids_from_lengths(list(lengths), n).unsqueeze(0)
+    return q, k0, v0, ks, vs, doc
+
+
+@pytest.mark.parametrize("backend", ["dense", "chunked"])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        dict(heads=4, kv_heads=4, dv=8, steps=1),  # step 0 only: causal + document mask
+        dict(heads=4, kv_heads=2, dv=8, steps=3),  # GQA, packed documents, diagonal keys
+        dict(heads=2, kv_heads=2, dv=6, steps=4, lengths=(24,)),  # MLA-like value width
+        dict(heads=2, kv_heads=1, dv=8, steps=2, lengths=(1, 1, 5, 9)),  # one-token documents
+    ],
+)
+def test_matches_naive_reference_values_and_grads(backend, shape):
+    q, k0, v0, ks, vs, doc = _inputs(**shape)
+    scale = 0.3
+    ref = naive_ttt(q, k0, v0, ks, vs, doc, scale)
+    got = TTTAttention(doc, scale, backend, block=5)(q, k0, v0, ks, vs)
+    assert got.shape == (1, q.shape[1], q.shape[2], v0.shape[-1])
+    torch.testing.assert_close(got, ref.to(got.dtype), rtol=1e-10, atol=1e-10)
+    upstream = torch.randn_like(ref)
+    leaves = [q, k0, v0, *ks, *vs]
+    g_ref = torch.autograd.grad((ref * upstream).sum(), leaves)
+    g_got = torch.autograd.grad((got * upstream).sum(), leaves)
+    for a, b in zip(g_got, g_ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+def test_documents_do_not_see_each_other():
+    q, k0, v0, ks, vs, doc = _inputs(steps=2, lengths=(12, 12))
+    att = TTTAttention(doc, 0.5, "chunked", block=8)
+    base = att(q, k0, v0, ks, vs)
+    k0b, v0b = k0.detach().clone(), v0.detach().clone()
+    k0b[:, :, :12] += 5.0  # change only the first document's keys/values
+    v0b[:, :, :12] -= 3.0
+    moved = att(q, k0b, v0b, ks, vs)
+    torch.testing.assert_close(moved[:, :, 12:], base[:, :, 12:])
+    assert not torch.allclose(moved[:, :, :12], base[:, :, :12])
+
+
+@pytest.mark.parametrize(("d", "dv", "kv_heads"), [(16, 16, 2), (12, 8, 1), (24, 16, 2)])
+def test_flex_forward_matches_reference_on_cpu(d, dv, kv_heads):
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    q, k0, v0, ks, vs, doc = _inputs(
+        heads=2, kv_heads=kv_heads, n=32, d=d, dv=dv, steps=3, lengths=(10, 22)
+    )
+    with torch.no_grad():
+        args = [t.detach().float() for t in (q, k0, v0)]
+        kk = [t.detach().float() for t in ks]
+        vv = [t.detach().float() for t in vs]
+        ref = naive_ttt(*args, kk, vv, doc, 0.25)
+        # eager flex on CPU (compiled CPU flex has no return_lse); same block mask and mask_mod
+        got = TTTAttention(doc, 0.25, "flex", compiled=False)(*args, kk, vv)
+    torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)

@@ -1,0 +1,115 @@
+"""The reference speculative decoder: losslessness on the tiny target and SGLang's accounting."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from remote_agent.eagle3.cli import main
+from remote_agent.eagle3.drafter.evaluate import (
+    Target,
+    check_greedy,
+    load_prompts,
+    speculative_decode,
+)
+from remote_agent.eagle3.drafter.synthetic import greedy, load_target
+
+
+class ScriptedDrafter:
+    """Proposes a fixed continuation (oracle) or always-wrong tokens."""
+
+    def __init__(self, reference: list[int], prompt_len: int, wrong: bool, vocab: int) -> None:
+        self.reference, self.prompt_len, self.wrong, self.vocab = (
+            reference,
+            prompt_len,
+            wrong,
+            vocab,
+        )
+
+    def draft_chain(self, aux, ids, steps):
+        done = len(ids) - self.prompt_len  # output tokens already known (incl. the bonus)
+        nxt = self.reference[done : done + steps]
+        nxt += [0] * (steps - len(nxt))
+        return [(t + 1) % self.vocab for t in nxt] if self.wrong else nxt
+
+
+def test_sglang_accept_length_formula_with_oracle_and_wrong_drafters(tiny_target):
+    model, tok = load_target(tiny_target)
+    target = Target(model, [2, 4, 5])
+    prompt = load_prompts_from_text(tok)
+    ref = greedy(model, prompt, 13, None)
+    oracle = speculative_decode(
+        target, ScriptedDrafter(ref, len(prompt), False, 2048), prompt, 13, 3, None
+    )
+    assert oracle.tokens == ref
+    # 1 token from prefill, then 4 per verify step (3 accepted + bonus): 1 + 3 * 4 = 13
+    assert oracle.verify_steps == 3 and oracle.accepted_at == [3, 3, 3]
+    wrong = speculative_decode(
+        target, ScriptedDrafter(ref, len(prompt), True, 2048), prompt, 13, 3, None
+    )
+    assert wrong.tokens == ref
+    assert wrong.verify_steps == 12 and wrong.accepted_at == [0, 0, 0]  # bonus only: 13 / 12
+
+
+def load_prompts_from_text(tok) -> list[int]:
+    msgs = [{"role": "user", "content": "def add(a, b):\n    return a + b\n"}]
+    ids = tok.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+def test_check_greedy_detects_a_non_greedy_token(tiny_target):
+    model, tok = load_target(tiny_target)
+    target = Target(model, [2, 4, 5])
+    prompt = load_prompts_from_text(tok)
+    ref = greedy(model, prompt, 8, None)
+    assert check_greedy(target, prompt, ref, 8, None)[0]
+    bad = ref[:4] + [(ref[4] + 1) % 2048] + ref[5:]
+    ok, at, margin = check_greedy(target, prompt, bad, 8, None)
+    assert not ok and at == 4 and margin > 0
+
+
+def test_train_export_eval_end_to_end_is_lossless(tiny_inputs, tmp_path, make_config, capsys):
+    cfg = make_config(tmp_path / "c.json", tiny_inputs, train={"max_steps": 6, "log_every": 3})
+    assert main(["train", "--config", str(cfg)]) == 0
+    assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "export")]) == 0
+    out = tmp_path / "eval.json"
+    rc = main(
+        [
+            "eval",
+            "--target",
+            tiny_inputs["target"],
+            "--drafter",
+            str(tmp_path / "export"),
+            "--data",
+            tiny_inputs["data"],
+            "--num-prompts",
+            "2",
+            "--max-new-tokens",
+            "16",
+            "--compare-untrained",
+            "--reference",
+            "full",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    report = json.loads(out.read_text())
+    for name in ("trained", "untrained"):
+        r = report[name]
+        assert r["lossless"] and not r["mismatches"]
+        assert r["completion_tokens"] == 32
+        assert r["accept_length"] == round(r["completion_tokens"] / r["verify_steps"], 4)
+        assert len(r["accepted_at_position"]) == 3
+    assert report["aux_hidden_ids"] == [2, 4, 5]
+
+
+def test_prompts_stop_before_the_first_supervised_token(tiny_inputs):
+    prompts = load_prompts(tiny_inputs["data"], 3)
+    first = json.loads(open(tiny_inputs["data"]).readline())
+    cut = first["loss_mask"].index(1)
+    assert prompts[0] == first["input_ids"][:cut]
+    assert torch.tensor(prompts[0]).numel() > 0

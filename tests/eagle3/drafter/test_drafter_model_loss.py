@@ -1,0 +1,135 @@
+"""The drafter model (TTT unroll == the inference chain) and the chunked teacher / soft CE."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from remote_agent.eagle3.drafter.config import DrafterSection
+from remote_agent.eagle3.drafter.loss import soft_ce, soft_ce_reference, teacher
+from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
+from remote_agent.eagle3.drafter.ttt_attention import TTTAttention, doc_ids_from_lengths
+
+
+def tiny_drafter(arch: str, draft_vocab: int = 100, **kw) -> Eagle3Drafter:
+    ds = DrafterSection(
+        arch=arch,
+        num_attention_heads=4,
+        num_key_value_heads=2 if arch == "llama" else None,
+        intermediate_size=96,
+        q_lora_rank=24,
+        kv_lora_rank=16,
+        qk_nope_head_dim=8,
+        qk_rope_head_dim=8,
+        v_head_dim=12,
+        **kw,
+    )
+    c = build_config(
+        ds, target_hidden=32, vocab_size=100, draft_vocab_size=draft_vocab, aux_layer_ids=[2, 4, 5]
+    )
+    m = Eagle3Drafter(c)
+    m.init_weights(0.2, torch.Generator().manual_seed(1))
+    return m
+
+
+@pytest.mark.parametrize("arch", ["llama", "mla"])
+@pytest.mark.parametrize("norm_output", [False, True])
+def test_ttt_unroll_equals_inference_chain(arch, norm_output):
+    """TTT step k at position t == draft step k of SGLang's chain started at t (packed batch)."""
+    torch.manual_seed(0)
+    m = tiny_drafter(arch, norm_output=norm_output)
+    steps, ctx, other = 4, 9, 6  # a 6-token document packed before the 9-token context
+    aux = torch.randn(ctx, 96)
+    ids = torch.randint(0, 100, (ctx + 1,))
+    drafts = m.draft_chain(aux, ids, steps)
+
+    lengths = [other, ctx + steps]
+    n = sum(lengths) + 3  # trailing padding
+    seq = torch.cat([torch.randint(0, 100, (other,)), ids, torch.tensor(drafts[:-1])])
+    aux_p = torch.zeros(1, n, 96)
+    aux_p[0, :other] = torch.randn(other, 96)
+    aux_p[0, other : other + ctx] = aux
+    step_ids = []
+    for k in range(steps):
+        x = torch.zeros(1, n, dtype=torch.long)
+        shifted = seq[1 + k :]
+        x[0, : shifted.numel()] = shifted
+        step_ids.append(x)
+    doc = doc_ids_from_lengths(lengths, n).unsqueeze(0)
+    positions = torch.cat(
+        [torch.arange(other), torch.arange(ctx + steps), torch.arange(3)]
+    ).unsqueeze(0)
+    t = other + ctx - 1  # the last context position
+    for backend in ("dense", "chunked"):
+        att = TTTAttention(doc, m.midlayer.self_attn.scale, backend, block=4)
+        with torch.no_grad():
+            outs = m.ttt(aux_p, step_ids, positions, att, steps)
+        pred = [int(m.draft_ids()[m.logits(o)[0, t].argmax()]) for o in outs]
+        assert pred == drafts, backend
+
+
+def test_capture_ids_starting_at_one_are_refused():
+    ds = DrafterSection()
+    with pytest.raises(ValueError, match="start at layer 1"):
+        build_config(
+            ds, target_hidden=32, vocab_size=100, draft_vocab_size=100, aux_layer_ids=[1, 4, 5]
+        )
+    c = build_config(
+        ds, target_hidden=32, vocab_size=100, draft_vocab_size=50, aux_layer_ids=[2, 30, 58]
+    )
+    assert c["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 30, 58]
+
+
+def test_embedding_is_frozen_and_only_trained_params_require_grad():
+    m = tiny_drafter("llama")
+    assert not m.embed_tokens.weight.requires_grad
+    assert m.fc.weight.requires_grad and m.lm_head.weight.requires_grad
+
+
+# -- loss ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 64])
+def test_soft_ce_matches_direct_formula_and_gradients(chunk):
+    g = torch.Generator().manual_seed(0)
+    n, h, vd = 17, 8, 11
+    x = torch.randn(n, h, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(vd, h, generator=g, dtype=torch.float64, requires_grad=True)
+    p = torch.softmax(torch.randn(n, vd, generator=g, dtype=torch.float64), -1)
+    rw = (torch.rand(n, generator=g) > 0.3).double()
+    got, arg = soft_ce(x, w, p, rw, chunk)
+    ref = soft_ce_reference(x, w, p, rw)
+    torch.testing.assert_close(got, ref.to(got.dtype), rtol=1e-10, atol=1e-10)
+    assert torch.equal(arg, (x @ w.T).argmax(-1))
+    gx, gw = torch.autograd.grad(2.5 * got, [x, w])
+    rx, rw_ = torch.autograd.grad(2.5 * ref, [x, w])
+    torch.testing.assert_close(gx, rx, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(gw, rw_, rtol=1e-9, atol=1e-9)
+
+
+def test_soft_ce_bf16_close_to_fp32():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(32, 16, generator=g)
+    w = torch.randn(20, 16, generator=g)
+    p = torch.softmax(torch.randn(32, 20, generator=g), -1)
+    rw = torch.ones(32)
+    lo, _ = soft_ce(x.bfloat16(), w, p, rw, 8)
+    hi = soft_ce_reference(x, w, p, rw)
+    assert abs(float(lo) - float(hi)) / float(hi) < 2e-2
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 100])
+def test_teacher_restricted_renormalised_and_dropped(chunk):
+    g = torch.Generator().manual_seed(0)
+    n, h, v = 9, 6, 30
+    final = torch.randn(n, h, generator=g)
+    lm = torch.randn(v, h, generator=g)
+    draft_ids = torch.tensor([0, 3, 4, 9, 17, 29])
+    t2d = torch.zeros(v, dtype=torch.bool)
+    t2d[draft_ids] = True
+    t = teacher(final, lm, draft_ids, t2d, chunk)
+    logits = final @ lm.T
+    torch.testing.assert_close(t.p, torch.softmax(logits[:, draft_ids], -1))
+    assert torch.equal(t.argmax, logits.argmax(-1))
+    assert torch.equal(t.in_draft, t2d[logits.argmax(-1)])
+    torch.testing.assert_close(t.p.sum(-1), torch.ones(n))

@@ -1,0 +1,144 @@
+"""Training: metrics lines, exact resume after a stop, torchrun with 2 CPU ranks (gloo)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from remote_agent.eagle3.drafter import checkpoint as ckpt
+from remote_agent.eagle3.drafter import config as config_mod
+from remote_agent.eagle3.drafter.train import train
+
+REPO = Path(__file__).resolve().parents[3]
+METRIC_KEYS = {
+    "step",
+    "loss",
+    "loss_k",
+    "acc_k",
+    "sim_accept_len",
+    "tokens_per_s",
+    "data_wait",
+    "lr",
+    "grad_norm",
+}
+
+
+def _metrics(run: Path) -> list[dict]:
+    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_train_emits_metrics_and_a_checkpoint(tiny_inputs, tmp_path, capsys, make_config):
+    cfg = config_mod.load(make_config(tmp_path / "c.json", tiny_inputs, train={"max_steps": 4}))
+    result = train(cfg)
+    assert result["steps"] == 4 and result["checkpoint"].endswith("step-00000004")
+    err = capsys.readouterr().err
+    lines = [
+        json.loads(x[len("@@eagle3 ") :]) for x in err.splitlines() if x.startswith("@@eagle3 ")
+    ]
+    metrics = [r for r in lines if r["kind"] == "metrics"]
+    assert [m["step"] for m in metrics] == [1, 2, 3, 4]
+    assert set(metrics[0]) >= METRIC_KEYS
+    assert len(metrics[0]["loss_k"]) == 3 and len(metrics[0]["acc_k"]) == 3
+    assert all(m["loss"] > 0 and 1.0 <= m["sim_accept_len"] <= 4.0 for m in metrics)
+
+
+def test_resume_reproduces_the_next_steps_bit_for_bit(tiny_inputs, tmp_path, make_config):
+    """Stop after step 5 (mid-epoch, noise on), resume, and compare with an uninterrupted run."""
+    common = {"max_steps": 9, "noise_std": 0.05, "epochs": 2, "keep_last": 1}
+    data = {"max_tokens": 384}
+    a = config_mod.load(
+        make_config(
+            tmp_path / "a.json",
+            tiny_inputs,
+            data=data,
+            train={**common, "out_dir": str(tmp_path / "A")},
+        )
+    )
+    train(a)
+    b_cfg = make_config(
+        tmp_path / "b.json",
+        tiny_inputs,
+        data=data,
+        train={**common, "out_dir": str(tmp_path / "B")},
+    )
+    stopped = train(config_mod.load(b_cfg, ["train.stop_after_step=5"]))
+    assert stopped["stopped_early"] and stopped["steps"] == 5
+    assert ckpt.latest(tmp_path / "B" / "checkpoints").name == "step-00000005"
+    resumed = train(config_mod.load(b_cfg))
+    assert resumed["steps"] == 9
+    ma, mb = _metrics(tmp_path / "A"), _metrics(tmp_path / "B")
+    assert [m["step"] for m in mb] == list(range(1, 10))
+    for x, y in zip(ma, mb, strict=True):
+        assert x["loss"] == y["loss"] and x["loss_k"] == y["loss_k"], x["step"]
+        assert x["grad_norm"] == y["grad_norm"] and x["lr"] == y["lr"]
+    sa = ckpt.load(ckpt.latest(tmp_path / "A" / "checkpoints"))
+    sb = ckpt.load(ckpt.latest(tmp_path / "B" / "checkpoints"))
+    for k, v in sa["model"].items():
+        assert torch.equal(v, sb["model"][k]), k
+    assert sa["position"] == sb["position"]
+    assert len(ckpt.step_dirs(tmp_path / "B" / "checkpoints")) == 1  # pruned to keep_last
+
+
+def test_resume_refuses_a_different_drafter(tiny_inputs, tmp_path, make_config):
+    cfg_path = make_config(tmp_path / "c.json", tiny_inputs, train={"max_steps": 1})
+    train(config_mod.load(cfg_path))
+    from remote_agent.eagle3.errors import BadInput
+
+    with pytest.raises(BadInput, match="drafter config differs"):
+        train(config_mod.load(cfg_path, ["drafter.intermediate_size=64", "train.max_steps=2"]))
+
+
+def _torchrun(cfg_path: Path, *extra: str) -> list[dict]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    cmd += ["-m", "remote_agent.eagle3", "train", "--config", str(cfg_path), *extra]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    prefix = "@@eagle3 "
+    return [json.loads(x[len(prefix) :]) for x in proc.stderr.splitlines() if x.startswith(prefix)]
+
+
+def test_torchrun_two_cpu_ranks_ddp_and_fsdp_resume(tiny_inputs, tmp_path, make_config):
+    """DDP on 2 gloo ranks; FSDP2 stopped after step 2 and resumed gives the same losses."""
+    cfg = make_config(tmp_path / "c.json", tiny_inputs, train={"max_steps": 4})
+    lines = _torchrun(cfg, "--out", str(tmp_path / "ddp"))
+    results = [r for r in lines if r["kind"] == "result"]
+    assert len(results) == 1 and results[0]["world"] == 2 and results[0]["steps"] == 4
+    ddp = _metrics(tmp_path / "ddp")
+    assert [m["step"] for m in ddp] == [1, 2, 3, 4]
+    assert ckpt.load(ckpt.latest(tmp_path / "ddp" / "checkpoints"))["world"] == 2
+
+    fsdp = ["--out", str(tmp_path / "fsdp"), "--set", 'train.parallel="fsdp"']
+    _torchrun(cfg, *fsdp, "--stop-after-step", "2")
+    _torchrun(cfg, *fsdp)
+    sharded = _metrics(tmp_path / "fsdp")
+    assert [m["step"] for m in sharded] == [1, 2, 3, 4]
+    for a, b in zip(ddp, sharded, strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-6), a["step"]
+
+
+def test_mla_drafter_trains_and_exports(tiny_inputs, tmp_path, make_config):
+    mla = {
+        "arch": "mla",
+        "num_attention_heads": 4,
+        "q_lora_rank": 32,
+        "kv_lora_rank": 16,
+        "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 16,
+        "fc_norm": True,
+    }
+    cfg = make_config(tmp_path / "c.json", tiny_inputs, drafter=mla, train={"max_steps": 2})
+    result = train(config_mod.load(cfg))
+    assert result["steps"] == 2
+    from remote_agent.eagle3.drafter.export import export_checkpoint
+
+    info = export_checkpoint(tmp_path / "run", tmp_path / "export")
+    config = json.loads((Path(info["out"]) / "config.json").read_text())
+    assert config["architectures"] == ["Eagle3DeepseekV2ForCausalLM"] and config["fc_norm"]
