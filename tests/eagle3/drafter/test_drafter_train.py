@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import torch
 from remote_agent.eagle3.drafter import checkpoint as ckpt
 from remote_agent.eagle3.drafter import config as config_mod
 from remote_agent.eagle3.drafter.train import train
+from tests.procutil import run_tree
 
 REPO = Path(__file__).resolve().parents[3]
 METRIC_KEYS = {
@@ -98,7 +98,7 @@ def _torchrun(cfg_path: Path, *extra: str) -> list[dict]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     cmd += ["-m", "remote_agent.eagle3", "train", "--config", str(cfg_path), *extra]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    proc = run_tree(cmd, timeout=240, cwd=REPO, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     prefix = "@@eagle3 "
     return [json.loads(x[len(prefix) :]) for x in proc.stderr.splitlines() if x.startswith(prefix)]

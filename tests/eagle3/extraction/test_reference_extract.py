@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
+
+from tests.procutil import run_tree
 
 torch = pytest.importorskip("torch")
 
@@ -230,7 +231,7 @@ def test_torchrun_two_ranks_match_one_rank(tiny_target, tmp_path):
         "--out",
         str(tmp_path / "dp2"),
     ]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    proc = run_tree(cmd, timeout=300, cwd=REPO, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert main(["extract", *common, "--out", str(tmp_path / "dp1")]) == 0
     two, one = DumpReader(tmp_path / "dp2"), DumpReader(tmp_path / "dp1")
