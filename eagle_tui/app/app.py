@@ -16,17 +16,25 @@ from pathlib import Path
 from typing import Any
 
 from textual.app import App, SystemCommand
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
+from eagle_tui.app.actions import (
+    AUTO_GROUP,
+    ENGINE_GROUP,
+    GUARDS_GROUP,
+    IO_GROUP,
+    STEP_GROUP,
+    EngineActions,
+)
 from eagle_tui.app.hostkeys import unknown_host_key
 from eagle_tui.app.messages import EngineEvent
 from eagle_tui.app.screens.confirm import ConfirmScreen
-from eagle_tui.app.screens.dialogs import AskScreen, ErrorScreen
-from eagle_tui.app.screens.export import ExportRequest, export_audit
+from eagle_tui.app.screens.dialogs import ErrorScreen
 from eagle_tui.app.screens.main import ACTIONS, HELP, MainScreen
+from eagle_tui.app.trust import HostTrust
 from eagle_tui.app.widgets.progress.metrics import StepMetrics, scan_metrics
-from runbook import audit as audit_mod
 from runbook.engine import EXIT_OK, Confirmation, ConfirmRequest, Engine
 from runbook.events import (
     BLOCKED,
@@ -43,21 +51,14 @@ from runbook.events import (
     RunFinished,
 )
 from runbook.plan import ordered_steps
-from runbook.state import RunLocked, StepRecord
+from runbook.state import RunLocked
 from runbook.transports import TransportError
 
-STEP_GROUP, AUTO_GROUP, ENGINE_GROUP, GUARDS_GROUP, IO_GROUP = (
-    "steps",
-    "auto",
-    "engine",
-    "guards",
-    "io",
-)
 OPERATOR_ERRORS = (ValueError, KeyError)  # refused actions (e.g. skipping a running step)
 
 
-class CockpitApp(App[int]):
-    CSS_PATH = "cockpit.tcss"
+class CockpitApp(EngineActions, HostTrust, App[int]):
+    CSS_PATH = Path(__file__).parent / "cockpit.tcss"  # absolute: subclasses live elsewhere
     TITLE = "eagle-tui"
 
     def __init__(
@@ -111,7 +112,10 @@ class CockpitApp(App[int]):
         if isinstance(ev, GuardsEvaluated):
             self.guards.setdefault(ev.step_id, {})[ev.phase] = ev.results
         if self.main.is_mounted:
-            self.main.apply(msg)
+            try:
+                self.main.apply(msg)
+            except NoMatches:  # the app is shutting down: the screen's widgets are already gone
+                return
         if isinstance(ev, Notice):
             self.notify(
                 ev.message,
@@ -125,10 +129,6 @@ class CockpitApp(App[int]):
             )
         elif isinstance(ev, ConnectionChanged) and ev.state == "failed" and ev.message:
             self.offer_trust(ev.host, ev.message)
-
-    def record(self, sid: str) -> StepRecord | None:
-        state = self.engine.state
-        return state.steps.get(sid) if state is not None else None
 
     def guard_results(self, sid: str) -> list[dict[str, Any]]:
         by_phase = self.guards.get(sid, {})
@@ -231,201 +231,6 @@ class CockpitApp(App[int]):
             self.notify(f"{req.step_id} not confirmed: it stays blocked", severity="warning")
         return result
 
-    # ------------------------------------------------------------------ actions (workers)
-    def _busy(self, sid: str) -> bool:
-        w = self.driving.get(sid)
-        return w is not None and w.is_running
-
-    def _auto_running(self) -> bool:
-        return any(w.is_running for w in self.workers if w.group == AUTO_GROUP)
-
-    def _refuse_if_busy(self, sid: str) -> bool:
-        if not self.opened:
-            self.notify("the run is still opening", severity="warning")
-            return True
-        if self._auto_running():
-            self.notify(
-                "run-all is driving the steps; wait for it or cancel the running job",
-                severity="warning",
-            )
-            return True
-        if self._busy(sid):
-            self.notify(f"{sid} is already being driven", severity="warning")
-            return True
-        return False
-
-    def drive_step(self, sid: str) -> None:
-        if self._refuse_if_busy(sid):
-            return
-        self.driving[sid] = self.run_worker(
-            self._run_step(sid), name=f"step:{sid}", group=STEP_GROUP, exit_on_error=False
-        )
-
-    async def _run_step(self, sid: str) -> str:
-        status = await self.engine.run_step(sid)
-        self._maybe_finish()
-        return status
-
-    def drive_all(self, start: str) -> None:
-        if not self.opened:
-            self.notify("the run is still opening", severity="warning")
-            return
-        if self._auto_running():
-            self.notify("run-all is already running", severity="warning")
-            return
-        self.main.query_one("#header").set_mode(f"auto from {start}")
-        self.run_worker(
-            self._run_all(start), name=f"auto:{start}", group=AUTO_GROUP, exit_on_error=False
-        )
-
-    async def _run_all(self, start: str) -> int | None:
-        try:
-            # Steps already driven (e.g. a reattached job) finish first; run_all then continues.
-            for sid, w in list(self.driving.items()):
-                if w.is_running:
-                    await w.wait()
-                    rec = self.record(sid)
-                    if rec is not None and rec.status not in DONE:
-                        self.notify(
-                            f"run-all stopped: {sid} ended {rec.status}", severity="warning"
-                        )
-                        return None
-            return await self.engine.run_all(start=start)
-        finally:
-            if self.main.is_mounted:
-                self.main.query_one("#header").set_mode("")
-
-    def skip_step(self, sid: str, reason: str) -> None:
-        if self._refuse_if_busy(sid):
-            return
-        self.driving[sid] = self.run_worker(
-            self._skip(sid, reason), name=f"skip:{sid}", group=STEP_GROUP, exit_on_error=False
-        )
-
-    async def _skip(self, sid: str, reason: str) -> None:
-        await self.engine.skip(sid, reason)
-        self._maybe_finish()
-
-    def retry_step(self, sid: str) -> None:
-        if self._refuse_if_busy(sid):
-            return
-        rec = self.record(sid)
-        if rec is not None and rec.status not in TERMINAL_BAD and rec.status != BLOCKED:
-            self.notify(
-                f"{sid} is {rec.status}: retry is for failed, lost, cancelled or blocked steps",
-                severity="warning",
-            )
-            return
-        self.engine.reset(sid)
-        self.drive_step(sid)
-
-    def cancel_step(self, sid: str) -> None:
-        self.run_worker(
-            self.engine.cancel(sid), name=f"cancel:{sid}", group=ENGINE_GROUP, exit_on_error=False
-        )
-
-    def dry_run(self) -> None:
-        if not self.opened:
-            return
-        self.run_worker(
-            self._dry_run(), name="dry-run", group=GUARDS_GROUP, exclusive=True, exit_on_error=False
-        )
-
-    async def _dry_run(self) -> None:
-        code = await self.engine.dry_run()
-        blocked = [
-            sid
-            for sid, by in self.guards.items()
-            if any(not g.get("ok") for g in by.get("pre", ()))
-            and (r := self.record(sid))
-            and r.status not in DONE
-        ]
-        if code == EXIT_OK:
-            self.notify("dry-run: every guard passes; nothing changed")
-        else:
-            self.notify(
-                f"dry-run: would be blocked: {', '.join(blocked) or 'some steps'}; nothing changed",
-                severity="warning",
-                timeout=8,
-            )
-
-    def export(self, req: ExportRequest) -> None:
-        store, state = self.engine.store, self.engine.state
-        if store is None or state is None:
-            self.notify("no audit log yet", severity="warning")
-            return
-        head = (
-            audit_mod.Head(self.engine.audit.head.seq, self.engine.audit.head.hash)
-            if self.engine.audit
-            else None
-        )
-
-        def work() -> None:
-            res = export_audit(store.audit_path, head, req)
-            self.call_from_thread(
-                self.notify,
-                f"wrote {res.path} ({res.records} records, chain {'verified' if res.chain_ok else 'NOT OK: ' + str(res.problem)})",
-                severity="information" if res.chain_ok else "error",
-                timeout=8,
-            )
-
-        self.run_worker(work, name="export", group=IO_GROUP, thread=True, exit_on_error=False)
-
-    def _maybe_finish(self) -> None:
-        """Single-step runs do not go through run_all: finish the run once every step is done."""
-        state = self.engine.state
-        if (
-            state is not None
-            and state.all_done()
-            and not state.finished
-            and not self._auto_running()
-        ):
-            self.engine.finish(EXIT_OK)
-
-    # ------------------------------------------------------------------ host trust (issue 3 hook)
-    def offer_trust(self, host: str, message: str) -> None:
-        found = unknown_host_key(message)
-        if found is None or (host, found.fingerprint) in self._trust_offered:
-            return
-        self._trust_offered.add((host, found.fingerprint))
-
-        def done(yes: bool | None) -> None:
-            if yes:
-                self.run_worker(
-                    self.trust_host(host, found.fingerprint),
-                    name=f"trust:{host}",
-                    group=ENGINE_GROUP,
-                    exit_on_error=False,
-                )
-            else:
-                self.notify(
-                    f"{host}: host key not trusted; steps on it cannot run", severity="warning"
-                )
-
-        self.push_screen(
-            AskScreen(
-                f"Unknown host key for {host}",
-                f"{message}\n\nTrust {found.fingerprint} for {host}? It is recorded in known_hosts, as with "
-                f"`--trust-host {found.fingerprint}`. Check it against the box's real key first.",
-                yes="Trust and connect",
-                no="Do not trust",
-            ),
-            done,
-        )
-
-    async def trust_host(self, host: str, fingerprint: str) -> None:
-        """Reconnect with the fingerprint trusted: the transport factory reads `trust_host`."""
-        if self.options is not None:
-            trusted = list(getattr(self.options, "trust_host", None) or [])
-            if fingerprint not in trusted:
-                trusted.append(fingerprint)
-            self.options.trust_host = trusted
-        old = self.engine.sessions.pop(host, None)
-        if old is not None:
-            await old.close()
-        await (await self.engine.session(host)).connection()
-        self.notify(f"{host}: trusted {fingerprint}; connected")
-
     # ------------------------------------------------------------------ errors, in one place
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         w = event.worker
@@ -433,7 +238,7 @@ class CockpitApp(App[int]):
             return
         err = w.error
         if isinstance(err, TransportError):
-            found = unknown_host_key(str(err))
+            found = unknown_host_key(err)
             if found is not None:
                 sid = w.name.split(":", 1)[1] if w.name.startswith("step:") else None
                 host = (
@@ -441,7 +246,7 @@ class CockpitApp(App[int]):
                     if sid
                     else self.engine.default_host
                 )
-                self.offer_trust(host, str(err))
+                self.offer_trust(host, err)
                 return
             self.notify(f"{w.name}: {err}", severity="error", timeout=10)
             return

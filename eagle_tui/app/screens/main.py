@@ -6,11 +6,13 @@ hand the work to the app, which drives the engine in workers."""
 
 from __future__ import annotations
 
+from contextlib import suppress
 from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, TabbedContent, TabPane
 
@@ -134,9 +136,10 @@ class MainScreen(Screen[None]):
         for sid in app.engine.rb.step_ids:
             rec = app.record(sid)
             if rec is not None and rec.status == RUNNING:
-                self.query_one(TodoList).update_duration(sid, rec, app.clock())
                 if sid == self.selected:
-                    self.refresh_step(sid)
+                    self.refresh_step(sid)  # its row and the detail's running time
+                else:
+                    self.query_one(TodoList).update_duration(sid, rec, app.clock())
 
     def select(self, sid: str, move_cursor: bool = True) -> None:
         if move_cursor:
@@ -203,8 +206,15 @@ class MainScreen(Screen[None]):
             pass  # the app notifies
 
     def curves_changed(self, sid: str) -> None:
-        if sid == self.selected:
-            self.query_one(Curves).show(self.cockpit.metrics_for(sid))
+        if sid == self.selected and self.is_mounted:
+            with suppress(NoMatches):  # a scan finishing while the app shuts down
+                self.query_one(Curves).show(self.cockpit.metrics_for(sid))
+
+    def set_mode(self, mode: str) -> None:
+        """Header note (auto mode, follow off); safe while the app shuts down."""
+        if self.is_mounted:
+            with suppress(NoMatches):
+                self.query_one(RunHeader).set_mode(mode)
 
     # ------------------------------------------------------------------ actions
     def _need_selection(self) -> str | None:
@@ -277,7 +287,6 @@ class MainScreen(Screen[None]):
         self.follow = not self.follow
         self.query_one(LiveLog).set_follow(self.follow)
         self.query_one(RunHeader).set_mode("" if self.follow else "log follow off")
-        self.notify("following the log" if self.follow else "log follow off", timeout=2)
 
     def action_full_log(self) -> None:
         sid = self._need_selection()

@@ -85,6 +85,5 @@ class RunHeader(Static):
             parts.append(
                 f"host [b]{escape(host)}[/] · key [dim]{key}[/] · {self.state_markup(line)}"
             )
-        self.update(
-            top + "\n" + ("   ".join(parts) if parts else f"host [b]{escape(self.default_host)}[/]")
-        )
+        hosts = "   ".join(parts) if parts else f"host [b]{escape(self.default_host)}[/]"
+        self.update(top + "\n" + hosts, layout=False)  # fixed height: no layout pass needed

@@ -4,12 +4,14 @@ from the agent's HostStats samples (`remote_agent/stats.py`: disk[], gpus[] or g
 from __future__ import annotations
 
 from collections import deque
+from contextlib import suppress
 from typing import Any
 
 from rich.markup import escape
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Label, Sparkline, Static
+from textual.css.query import NoMatches
+from textual.widgets import Label, Static
 
 from runbook.units import format_size
 
@@ -40,29 +42,57 @@ def disk_markup(disk: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-class GpuRow(Horizontal):
+BLOCKS = " ▁▂▃▄▅▆▇█"
+
+
+def spark(values: list[float], width: int) -> str:
+    """A sparkline on a fixed 0-100 scale (Textual's Sparkline scales to min..max, which turns
+    memory creeping from 70.1% to 70.3% into a full-height ramp)."""
+    out = []
+    for v in values[-width:]:
+        out.append(BLOCKS[round(min(max(v, 0.0), 100.0) / 100.0 * (len(BLOCKS) - 1))])
+    return "".join(out).rjust(width)
+
+
+class PercentSpark(Static):
     DEFAULT_CSS = """
-    GpuRow { height: 1; }
-    GpuRow .gpu-label { width: 34; }
-    GpuRow Sparkline { width: 1fr; height: 1; }
+    PercentSpark { width: 1fr; height: 1; color: $accent; margin-right: 1; }
     """
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, history: deque[float], **kwargs: Any) -> None:
+        super().__init__("", **kwargs)
+        self.history = history
+
+    def render(self) -> str:
+        return spark(list(self.history), max(1, self.size.width))
+
+
+class GpuRow(Horizontal):
+    """`GPU0  87% 101/140G` then sparklines of utilisation and memory use (last 2 minutes)."""
+
+    DEFAULT_CSS = """
+    GpuRow { height: 1; }
+    GpuRow .gpu-label { width: 22; }
+    """
+
+    def __init__(self, index: int, util: deque[float], mem: deque[float]) -> None:
         super().__init__(id=f"gpu-{index}")
         self.index = index
-        self.util: deque[float] = deque(maxlen=HISTORY)
+        self.util, self.mem = util, mem  # owned by the panel: they survive the row being rebuilt
 
     def compose(self) -> ComposeResult:
         yield Label("", classes="gpu-label")
-        yield Sparkline([], summary_function=max)
+        yield PercentSpark(self.util, id="util")
+        yield PercentSpark(self.mem, id="mem")
 
     def update_gpu(self, g: dict[str, Any]) -> None:
         util = float(g.get("util") or 0.0)
-        self.util.append(util)
         used, total = g.get("mem_used_mib"), g.get("mem_total_mib")
         mem = f"{used / 1024:.0f}/{total / 1024:.0f}G" if used is not None and total else "mem ?"
-        self.query_one(Label).update(f"GPU{g.get('index')} {util:3.0f}% {mem}")
-        self.query_one(Sparkline).data = list(self.util)
+        with suppress(NoMatches):  # a row replaced (GPU set changed) or the app shutting down
+            self.query_one(Label).update(f"GPU{g.get('index')} {util:3.0f}% {mem}")
+            self.query_one("#util", PercentSpark).refresh()
+            self.query_one("#mem", PercentSpark).refresh()
 
 
 class ResourcesPanel(Vertical):
@@ -75,6 +105,8 @@ class ResourcesPanel(Vertical):
         super().__init__(**kwargs)
         self.host: str | None = None
         self.samples = 0
+        self.history: dict[int, tuple[deque[float], deque[float]]] = {}  # util %, memory %
+        self._rows: dict[int, GpuRow] = {}
 
     def compose(self) -> ComposeResult:
         yield Static("[dim]disk: waiting for the agent's first sample…[/]", id="disk")
@@ -88,29 +120,27 @@ class ResourcesPanel(Vertical):
         gpus = sample.get("gpus")
         status = self.query_one("#gpu-status", Static)
         box = self.query_one("#gpus", Vertical)
-        if gpus is None:
-            status.update(
-                f"[yellow]no GPU[/] [dim]({escape(str(sample.get('gpu_error') or 'no data'))})[/]"
-            )
-            box.remove_children()
+        if not gpus:
+            why = sample.get("gpu_error") or "nvidia-smi lists no GPU"
+            status.update(f"[b yellow]no GPU[/] [dim]({escape(str(why))})[/]")
+            if self._rows:
+                box.remove_children()
+                self._rows = {}
             return
-        status.update(
-            f"{len(gpus)} GPU(s) · util % · memory"
-            if gpus
-            else "[yellow]no GPU[/] [dim](none listed)[/]"
-        )
-        rows = {r.index: r for r in box.query(GpuRow)}
-        wanted = [int(g.get("index") or i) for i, g in enumerate(gpus)]
-        if sorted(rows) != sorted(wanted):
+        status.update(f"{len(gpus)} GPU(s) · util % · memory · [dim]history: util | memory[/]")
+        indexes = [int(g["index"]) if g.get("index") is not None else i for i, g in enumerate(gpus)]
+        for i, g in zip(indexes, gpus, strict=True):
+            util, mem = self.history.setdefault(i, (deque(maxlen=HISTORY), deque(maxlen=HISTORY)))
+            util.append(float(g.get("util") or 0.0))
+            used, total = g.get("mem_used_mib"), g.get("mem_total_mib")
+            mem.append(100.0 * float(used) / float(total) if used is not None and total else 0.0)
+        if sorted(self._rows) != sorted(indexes):
             box.remove_children()
-            rows = {i: GpuRow(i) for i in wanted}
-            box.mount_all(rows.values())
-            # rows compose on mount: fill them after they exist
-            self.call_after_refresh(self._fill, rows, gpus, wanted)
-            return
-        self._fill(rows, gpus, wanted)
-
-    def _fill(self, rows: dict[int, GpuRow], gpus: list[dict[str, Any]], wanted: list[int]) -> None:
-        for i, g in zip(wanted, gpus, strict=True):
-            if rows[i].is_mounted:
-                rows[i].update_gpu(g)
+            self._rows = {i: GpuRow(i, *self.history[i]) for i in indexes}
+            box.mount_all(self._rows.values())
+        for i, g in zip(indexes, gpus, strict=True):
+            row = self._rows[i]
+            if row.is_mounted and row.children:
+                row.update_gpu(g)
+            else:  # composing: fill it once its label and sparkline exist
+                row.call_after_refresh(row.update_gpu, g)

@@ -1,9 +1,10 @@
 """The live log pane's data path, kept free of widgets so it can be tested and benchmarked.
 
 `LogFeed` turns text chunks into complete lines and holds them until the next flush (the pane
-flushes every ~80 ms into `Log.write_lines`: per-line writes manage ~1k lines/s, batches ~60k).
-The pending buffer is bounded by the widget's `max_lines`: anything older would be pruned by the
-widget right away, and the full log is on disk anyway.
+flushes every 100 ms into `Log.write_lines`: per-line writes manage ~1k lines/s, batches ~60k).
+A flush writes at most `max_batch` lines: under a flood the oldest lines of a batch would scroll
+past within the same frame anyway, so they are skipped and a marker line says how many (the
+full-log viewer has every line). Nothing is skipped silently.
 
 `read_tail` rebuilds the pane from the on-disk mirror (reattach, or selecting another step).
 """
@@ -23,19 +24,18 @@ def clean(line: str) -> str:
 
 
 class LogFeed:
-    def __init__(self, max_lines: int) -> None:
-        self.max_lines = max_lines
-        self.pending: deque[str] = deque(maxlen=max_lines)
+    def __init__(self, max_batch: int) -> None:
+        self.max_batch = max_batch
+        self.pending: deque[str] = deque(maxlen=max_batch)
         self.partial = ""
         self.total_lines = 0  # complete lines fed since the last reset (for tests and the bench)
-        self.dropped = (
-            0  # lines that never reached the widget because a newer batch pushed them out
-        )
+        self.dropped = 0  # lines skipped under a flood since the last reset
+        self._skipped = 0  # ... in the batch now pending
 
     def reset(self) -> None:
         self.pending.clear()
         self.partial = ""
-        self.total_lines = self.dropped = 0
+        self.total_lines = self.dropped = self._skipped = 0
 
     def feed(self, text: str) -> None:
         if not text:
@@ -46,9 +46,11 @@ class LogFeed:
             return
         n = len(lines)
         self.total_lines += n
-        self.dropped += max(0, len(self.pending) + n - self.max_lines)
-        if n > self.max_lines:
-            lines = lines[-self.max_lines :]
+        over = max(0, len(self.pending) + n - self.max_batch)
+        self.dropped += over
+        self._skipped += over
+        if n > self.max_batch:
+            lines = lines[-self.max_batch :]
         self.pending.extend(clean(x) if "\r" in x else x for x in lines)
 
     def flush_partial(self) -> None:
@@ -60,6 +62,12 @@ class LogFeed:
     def take(self) -> list[str]:
         out = list(self.pending)
         self.pending.clear()
+        if self._skipped:
+            out.insert(
+                0,
+                f"⋯ {self._skipped:,} lines skipped at this rate; the full log (l) has every line ⋯",
+            )
+            self._skipped = 0
         return out
 
 

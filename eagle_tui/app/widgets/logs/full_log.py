@@ -55,9 +55,7 @@ class LogLines(ScrollView, can_focus=True):
     def reindexed(self, reset: bool = False) -> None:
         if reset:
             self._cache.clear()
-        self.virtual_size = Size(
-            max(self._max_width + self._gutter(), self.size.width), self.index.line_count
-        )
+        self.virtual_size = Size(self._max_width + self._gutter(), self.index.line_count)
         if self.follow:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
         self.refresh()
@@ -130,8 +128,9 @@ class FullLogScreen(Screen[None]):
 
     def _title(self) -> str:
         n = self.index.line_count
-        first = min(self.view.scroll_y + 1, n) if n else 0
-        last = min(self.view.scroll_y + self.view.size.height, n)
+        top = self.view.scroll_offset.y
+        first = min(top + 1, n) if n else 0
+        last = min(top + self.view.scrollable_content_region.height, n)
         follow = " · following" if self.view.follow else ""
         return (
             f"{self.label} · lines {first:,}–{last:,} of {n:,} · "

@@ -28,7 +28,7 @@ def _plot(
     plt.title(title)
     for label, s in series.items():
         if s.x:
-            plt.plot(s.x, s.y, label=label, marker="braille")
+            plt.plot(s.x, s.y, label=label, marker="hd")
     if ylim is not None:
         plt.ylim(*ylim)
     widget.refresh()

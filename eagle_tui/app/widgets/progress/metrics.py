@@ -57,7 +57,7 @@ class Metrics:
                 self.acc.setdefault(k, Series()).add(x, v)
 
 
-_MARK = b'"kind":"metrics"'
+_MARK = b"@@eagle3 "  # cheap pre-filter; parse_record decides
 
 
 def scan_metrics(path: Path | str, end: int, block: int = 1 << 20) -> list[dict[str, Any]]:

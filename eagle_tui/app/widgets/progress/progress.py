@@ -23,7 +23,7 @@ class StepProgress(Horizontal):
     """
 
     def compose(self) -> ComposeResult:
-        yield ProgressBar(total=None, show_eta=False, show_percentage=True, id="bar")
+        yield ProgressBar(total=None, show_eta=False, show_percentage=False, id="bar")
         yield Label("", id="progress-text")
 
     def show(self, record: dict[str, Any] | None) -> None:
@@ -37,4 +37,4 @@ class StepProgress(Horizontal):
         else:
             total, done = record.get("total"), record.get("done")
             bar.update(total=float(total) if total else None, progress=float(done or 0))
-        self.query_one(Label).update(progress_text(record))
+        self.query_one(Label).update(progress_text(record), layout=False)  # fixed 1fr x 1

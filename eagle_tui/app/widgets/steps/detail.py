@@ -67,7 +67,20 @@ class StepDetail(Static):
     StepDetail { height: auto; max-height: 16; padding: 0 1; }
     """
 
+    _shown = ""
+
     def show(
         self, step: Step, rec: StepRecord, now: float, guards: dict[str, tuple[dict[str, Any], ...]]
     ) -> None:
-        self.update(detail_markup(step, rec, now, guards))
+        markup = detail_markup(step, rec, now, guards)
+        if markup == self._shown:
+            return
+        # A layout pass costs tens of ms at 160x50: skip it when only a figure changed in place
+        # (the running time ticks every second), i.e. same lines, about the same lengths.
+        old = self._shown.split("\n")
+        new = markup.split("\n")
+        same_shape = len(old) == len(new) and all(
+            abs(len(a) - len(b)) <= 4 for a, b in zip(old, new, strict=True)
+        )
+        self._shown = markup
+        self.update(markup, layout=not same_shape)

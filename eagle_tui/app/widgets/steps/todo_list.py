@@ -11,11 +11,37 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from eagle_tui.app.format import duration_text, guard_summary
-from eagle_tui.headless import ICONS, STYLES, progress_text
-from runbook.events import PENDING, RUNNING
+from eagle_tui.headless import ICONS, STYLES
+from runbook.events import PENDING, RUNNING, SUCCEEDED
 from runbook.state import StepRecord
 
 COLUMNS = ("", "step", "title", "time", "guards", "note")
+TITLE_WIDTH = 26
+NOTES = {
+    "already_satisfied": "already done",
+    "guards_passed": "",
+    "operator_skip": "skipped",
+    "precondition_failed": "guard failed",
+    "confirmation_required": "needs confirm",
+    "requires_unmet": "needs earlier",
+    "exit_code": "exit",
+    "postcondition_failed": "post failed",
+}
+
+
+def note_text(rec: StepRecord) -> Text:
+    """Short: progress while running, why it stopped otherwise (the detail pane has the rest)."""
+    if rec.status == RUNNING:
+        p = rec.progress or {}
+        if p.get("total"):
+            return Text(
+                f"{100.0 * float(p.get('done') or 0) / float(p['total']):.0f}%", style="cyan"
+            )
+        return Text("running", style="cyan")
+    note = NOTES.get(rec.reason or "", rec.reason or "")
+    if rec.reason == "exit_code" and rec.exit_code is not None:
+        note = f"exit {rec.exit_code}"
+    return Text(note, style=STYLES.get(rec.status, "dim") if rec.status != SUCCEEDED else "dim")
 
 
 class TodoList(DataTable):
@@ -45,25 +71,17 @@ class TodoList(DataTable):
     ) -> list[Any]:
         style = STYLES.get(rec.status, "")
         icon = Text(ICONS.get(rec.status, "?"), style=style)
-        sid_text = Text(
-            sid,
-            style=("bold reverse " if current else "") + ("bold" if rec.status == RUNNING else ""),
-        )
-        title_text = Text(title, style="dim" if rec.status == PENDING and not current else "")
-        note = (
-            progress_text(rec.progress)
-            if rec.status == RUNNING and rec.progress
-            else (rec.reason or "")
-        )
-        if rec.status != RUNNING and rec.status != PENDING and rec.reason is None:
-            note = rec.status
+        sid_text = Text(sid, style="bold cyan" if current else "")
+        if len(title) > TITLE_WIDTH:
+            title = title[: TITLE_WIDTH - 1] + "…"
+        title_style = "bold" if current else "dim" if rec.status == PENDING else ""
         return [
             icon,
             sid_text,
-            title_text,
+            Text(title, style=title_style),
             Text(duration_text(rec, now), style="dim"),
             guard_summary(guards),
-            Text(note, style="dim" if rec.status != RUNNING else "cyan"),
+            note_text(rec),
         ]
 
     def update_step(

@@ -1,0 +1,191 @@
+"""What the operator's actions do: each calls an Engine method in an async worker (named groups,
+exit_on_error False; failures land in CockpitApp.on_worker_state_changed). The only logic here
+is sequencing the operator's own requests (one driver per step; run-all waits for a step that is
+already being driven, e.g. a reattached job), never deciding what runs: that is the engine's."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from textual.app import App
+from textual.worker import Worker
+
+from eagle_tui.app.screens.export import ExportRequest, export_audit
+from runbook import audit as audit_mod
+from runbook.engine import EXIT_OK, Engine
+from runbook.events import BLOCKED, DONE, TERMINAL_BAD
+from runbook.state import StepRecord
+
+if TYPE_CHECKING:
+    from eagle_tui.app.screens.main import MainScreen
+
+STEP_GROUP, AUTO_GROUP, ENGINE_GROUP, GUARDS_GROUP, IO_GROUP = (
+    "steps",
+    "auto",
+    "engine",
+    "guards",
+    "io",
+)
+
+
+class EngineActions(App[int]):
+    """Mixin of CockpitApp (typed as an App so the worker API is known)."""
+
+    engine: Engine
+    main: MainScreen
+    opened: bool
+    driving: dict[str, Worker]
+    guards: dict[str, dict[str, tuple[dict[str, Any], ...]]]
+
+    def record(self, sid: str) -> StepRecord | None:
+        state = self.engine.state
+        return state.steps.get(sid) if state is not None else None
+
+    def _busy(self, sid: str) -> bool:
+        w = self.driving.get(sid)
+        return w is not None and w.is_running
+
+    def _auto_running(self) -> bool:
+        return any(w.is_running for w in self.workers if w.group == AUTO_GROUP)
+
+    def _refuse_if_busy(self, sid: str) -> bool:
+        if not self.opened:
+            self.notify("the run is still opening", severity="warning")
+            return True
+        if self._auto_running():
+            self.notify(
+                "run-all is driving the steps; wait for it or cancel the running job",
+                severity="warning",
+            )
+            return True
+        if self._busy(sid):
+            self.notify(f"{sid} is already being driven", severity="warning")
+            return True
+        return False
+
+    def drive_step(self, sid: str) -> None:
+        if self._refuse_if_busy(sid):
+            return
+        self.driving[sid] = self.run_worker(
+            self._run_step(sid), name=f"step:{sid}", group=STEP_GROUP, exit_on_error=False
+        )
+
+    async def _run_step(self, sid: str) -> str:
+        status = await self.engine.run_step(sid)
+        self._maybe_finish()
+        return status
+
+    def drive_all(self, start: str) -> None:
+        if not self.opened:
+            self.notify("the run is still opening", severity="warning")
+            return
+        if self._auto_running():
+            self.notify("run-all is already running", severity="warning")
+            return
+        self.main.set_mode(f"auto from {start}")
+        self.run_worker(
+            self._run_all(start), name=f"auto:{start}", group=AUTO_GROUP, exit_on_error=False
+        )
+
+    async def _run_all(self, start: str) -> int | None:
+        try:
+            # Steps already driven (e.g. a reattached job) finish first; run_all then continues.
+            for sid, w in list(self.driving.items()):
+                if w.is_running:
+                    await w.wait()
+                    rec = self.record(sid)
+                    if rec is not None and rec.status not in DONE:
+                        self.notify(
+                            f"run-all stopped: {sid} ended {rec.status}", severity="warning"
+                        )
+                        return None
+            return await self.engine.run_all(start=start)
+        finally:
+            self.main.set_mode("")
+
+    def skip_step(self, sid: str, reason: str) -> None:
+        if self._refuse_if_busy(sid):
+            return
+        self.driving[sid] = self.run_worker(
+            self._skip(sid, reason), name=f"skip:{sid}", group=STEP_GROUP, exit_on_error=False
+        )
+
+    async def _skip(self, sid: str, reason: str) -> None:
+        await self.engine.skip(sid, reason)
+        self._maybe_finish()
+
+    def retry_step(self, sid: str) -> None:
+        if self._refuse_if_busy(sid):
+            return
+        rec = self.record(sid)
+        if rec is not None and rec.status not in TERMINAL_BAD and rec.status != BLOCKED:
+            self.notify(
+                f"{sid} is {rec.status}: retry is for failed, lost, cancelled or blocked steps",
+                severity="warning",
+            )
+            return
+        self.engine.reset(sid)
+        self.drive_step(sid)
+
+    def cancel_step(self, sid: str) -> None:
+        self.run_worker(
+            self.engine.cancel(sid), name=f"cancel:{sid}", group=ENGINE_GROUP, exit_on_error=False
+        )
+
+    def dry_run(self) -> None:
+        if not self.opened:
+            return
+        self.run_worker(
+            self._dry_run(), name="dry-run", group=GUARDS_GROUP, exclusive=True, exit_on_error=False
+        )
+
+    async def _dry_run(self) -> None:
+        code = await self.engine.dry_run()
+        blocked = [
+            sid
+            for sid, by in self.guards.items()
+            if any(not g.get("ok") for g in by.get("pre", ()))
+            and (r := self.record(sid))
+            and r.status not in DONE
+        ]
+        if code == EXIT_OK:
+            self.notify("dry-run: every guard passes; nothing changed")
+        else:
+            self.notify(
+                f"dry-run: would be blocked: {', '.join(blocked) or 'some steps'}; nothing changed",
+                severity="warning",
+                timeout=8,
+            )
+
+    def export(self, req: ExportRequest) -> None:
+        store, state = self.engine.store, self.engine.state
+        if store is None or state is None:
+            self.notify("no audit log yet", severity="warning")
+            return
+        head = (
+            audit_mod.Head(self.engine.audit.head.seq, self.engine.audit.head.hash)
+            if self.engine.audit
+            else None
+        )
+
+        def work() -> None:
+            res = export_audit(store.audit_path, head, req)
+            self.call_from_thread(
+                self.notify,
+                f"wrote {res.path} ({res.records} records, chain {'verified' if res.chain_ok else 'NOT OK: ' + str(res.problem)})",
+                severity="information" if res.chain_ok else "error",
+                timeout=8,
+            )
+
+        self.run_worker(work, name="export", group=IO_GROUP, thread=True, exit_on_error=False)
+
+    def _maybe_finish(self) -> None:
+        """Single-step runs do not go through run_all: finish the run once every step is done."""
+        state = self.engine.state
+        if (
+            state is not None
+            and state.all_done()
+            and not state.finished
+            and not self._auto_running()
+        ):
+            self.engine.finish(EXIT_OK)
