@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from remote_agent.eagle3.errors import EXIT_BAD_INPUT, Eagle3Error
@@ -62,6 +63,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # Job logs are read by people and parsed by the engine: no carriage-return progress bars.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     command = next((a for a in argv if not a.startswith("-")), None)
     if command not in COMMANDS:
         command = None

@@ -167,7 +167,8 @@ def test_agent_killed_during_detached_job(cli, tmp_path):
         lambda: (jobdir / "log").exists() and (jobdir / "log").stat().st_size > 40,
         what="some output",
     )
-    agents = [int(p) for p in os.popen("pgrep -f 'remote_agent serve'").read().split()]
+    # only this test's agent (other runs on the machine have other spools)
+    agents = [int(p) for p in os.popen(f"pgrep -f 'remote_agent serve --spool {spool}'").read().split()]
     assert agents
     for pid in agents:
         os.kill(pid, signal.SIGKILL)

@@ -48,6 +48,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--progress-interval", type=float, default=5.0, help="seconds between progress lines"
     )
+    parser.add_argument(
+        "--preflight",
+        action="store_true",
+        help="only compare the estimated dump size (samples not yet dumped) with the free disk; "
+        "exit 0 when it fits, 1 when it does not",
+    )
     s = parser.add_argument_group("sglang backend")
     s.add_argument("--server", default="http://127.0.0.1:30000", help="SGLang URL")
     s.add_argument("--concurrency", type=int, default=8, help="requests in flight")
@@ -79,7 +85,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     h.add_argument("--trust-remote-code", action="store_true")
 
 
+def _preflight(args: argparse.Namespace) -> int:
+    """The disk check extraction itself runs first, on its own: the runbook's preflight step."""
+    import json
+
+    from remote_agent.eagle3.dense import DumpMeta
+    from remote_agent.eagle3.extraction.common import disk_preflight, existing_samples, human_bytes
+    from remote_agent.eagle3.extraction.dataset import open_dataset
+    from remote_agent.eagle3.progress import emit
+
+    hidden, layers = args.hidden_size, args.num_layers
+    if args.model is not None:
+        cfg = json.loads((Path(args.model) / "config.json").read_text())
+        cfg = cfg.get("text_config", cfg)
+        hidden, layers = hidden or cfg["hidden_size"], layers or cfg["num_hidden_layers"]
+    if not hidden or not layers:
+        raise BadInput("--preflight needs --model PATH, or --hidden-size and --num-layers")
+    ids = args.layers or [2, layers // 2, layers - 3]
+    meta = DumpMeta(model=str(args.model), hidden_size=hidden, num_layers=layers,
+                    aux_layer_ids=ids, aux_dtype=args.aux_dtype)
+    dataset = open_dataset(args.dataset, require_manifest=not args.allow_no_manifest)
+    done, _ = existing_samples(args.out, dataset)
+    wanted = dataset.ids()[: args.limit] if args.limit else dataset.ids()
+    pending = [s for s in wanted if s not in done]
+    tokens = dataset.total_tokens(pending)
+    report = disk_preflight(args.out, tokens, meta.bytes_per_token(), args.disk_margin_gb)
+    print(f"{len(pending)} samples to dump ({len(done)} already done), {tokens} tokens x "
+          f"{meta.bytes_per_token()} B/token = {human_bytes(report['estimate_bytes'])} "
+          f"+ {human_bytes(report['margin_bytes'])} margin; {human_bytes(report['free_bytes'])} free: fits")
+    emit("result", stage="preflight", samples=len(pending), tokens=tokens,
+         bytes_per_token=meta.bytes_per_token(), **report)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.preflight:
+        return _preflight(args)
     if args.backend == "hf":
         from remote_agent.eagle3.extraction.reference import ReferenceOptions, run_reference
 
