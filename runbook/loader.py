@@ -319,6 +319,22 @@ def _cross_checks(rb: Runbook, problems: _Problems) -> None:
             for j, check in enumerate(getattr(step, field)):
                 if isinstance(check, StepSucceeded) and check.step not in ids:
                     problems.add(("steps", i, field, j, "step"), f"unknown step {check.step!r}")
+    for i, step in enumerate(rb.steps):
+        if step.stop is not None:
+            target = rb.steps[ids[step.stop]] if step.stop in ids else None
+            if target is None:
+                problems.add(("steps", i, "stop"), f"unknown step {step.stop!r}")
+            elif target.service is None:
+                problems.add(
+                    ("steps", i, "stop"),
+                    f"step {step.stop!r} is not a service (it has no `service:`)",
+                )
+        if step.service is not None and isinstance(step.service.ready, StepSucceeded):
+            problems.add(
+                ("steps", i, "service", "ready"),
+                "a service's readiness must be observed on the box "
+                "(e.g. http_ok), not step_succeeded",
+            )
     for j, sid in enumerate(rb.auto_confirm):
         if sid not in ids:
             problems.add(("auto_confirm", j), f"unknown step {sid!r}")

@@ -222,6 +222,15 @@ class Retry(_Strict):
     backoff: Duration = 10.0  # first delay; doubles each attempt, capped at 10 minutes
 
 
+class Service(_Strict):
+    """A long-lived job (a server): the step succeeds once `ready` holds; the job keeps running
+    until a later step with `stop:` (or the operator) ends it."""
+
+    ready: Check
+    timeout: Duration = 1800.0  # give up (and stop the job) if not ready by then
+    interval: Duration = 5.0
+
+
 class Step(_Strict):
     id: str
     title: str
@@ -243,6 +252,8 @@ class Step(_Strict):
     cwd: str | None = None
     host: str | None = None
     artifacts: list[str] = Field(default_factory=list)  # files hashed into the audit on success
+    service: Service | None = None  # a server: succeeds when ready, keeps running
+    stop: str | None = None  # id of a service step whose job this step stops (no `run:`)
 
     @field_validator("skip_if", mode="before")
     @classmethod
@@ -272,8 +283,14 @@ class Step(_Strict):
             raise ValueError(
                 "a destructive step needs `confirm:` (the prompt shown before it runs)"
             )
-        if self.run is None and (self.detach or self.retry or self.timeout):
-            raise ValueError("detach, retry and timeout need `run:`")
+        if self.run is None and (self.detach or self.retry or self.timeout or self.service):
+            raise ValueError("detach, retry, timeout and service need `run:`")
+        if self.service is not None and not self.detach:
+            raise ValueError("a service must be `detach: true` (it outlives the step)")
+        if self.stop is not None and self.run is not None:
+            raise ValueError(
+                "a `stop:` step stops a service and runs nothing itself; remove `run:`"
+            )
         return self
 
 
