@@ -73,7 +73,8 @@ class Confirmation:
 
 
 Confirmer = Callable[[ConfirmRequest], Awaitable[Confirmation | None]]
-TransportFactory = Callable[[str], Transport]
+# factory(host) or, for a host named in the runbook's `hosts:`, factory(host, HostConfig)
+TransportFactory = Callable[..., Transport]
 
 
 def headless_confirmer(yes: Iterable[str], auto_confirm: Iterable[str]) -> Confirmer:
@@ -293,7 +294,9 @@ class Engine:
                     ConnectionChanged(host, state, attempt, message, ep.host_key if ep else None)
                 )
 
-            self.sessions[host] = HostSession(host, self.transports(host), on_status)
+            config = self.rb.hosts.get(host)
+            transport = self.transports(host) if config is None else self.transports(host, config)
+            self.sessions[host] = HostSession(host, transport, on_status)
             if self.want_stats:
                 self._stats_tasks.append(asyncio.ensure_future(self._stats_loop(host)))
         return self.sessions[host]
@@ -392,7 +395,7 @@ class Engine:
         if rec.status in DONE:
             return rec.status
         if rec.status == RUNNING and rec.job_id:
-            return await self._follow_and_finish(step, rec, reattach=True)
+            return await self._run_job(step, rec, reattach=True)
         unmet = [r for r in step.requires if self.state.steps[r].status not in DONE]
         if unmet:
             self._set(step_id, BLOCKED, "requires_unmet", f"needs {', '.join(unmet)} first")
@@ -432,6 +435,8 @@ class Engine:
         return rec.status == FAILED and rec.reason == "exit_code" and rec.exit_code in triggers
 
     async def _attempt(self, step: Step, rec: StepRecord) -> str:
+        if step.run is not None:  # connect first: every record of the step names the host key
+            await (await self.session(self.host_of(step))).connection()
         pre = await self.evaluate(step, step.preconditions, "pre")
         rec.guards = pre
         if not all(r["ok"] for r in pre):
@@ -468,6 +473,8 @@ class Engine:
                 where=self._where(self.host_of(step)),
             )
             self._confirmed.add(step.id)
+        if step.stop is not None:
+            return await self._stop_service(step, rec)
         if step.run is None:  # a gate: guards only
             return await self._finish_ok_or_post(step, rec, start=time.time(), job_end=None)
         rec.attempt += 1
@@ -494,7 +501,12 @@ class Engine:
                 "guards": pre,
             },
         )
-        return await self._follow_and_finish(step, rec, reattach=False)
+        return await self._run_job(step, rec, reattach=False)
+
+    async def _run_job(self, step: Step, rec: StepRecord, reattach: bool) -> str:
+        if step.service is not None:
+            return await self._serve(step, rec, reattach)
+        return await self._follow_and_finish(step, rec, reattach)
 
     async def _start_job(self, step: Step, rec: StepRecord) -> None:
         assert self.state
@@ -519,40 +531,165 @@ class Engine:
             if exc.type not in ("exists", "start_failed"):
                 raise
 
+    async def _ensure_started(self, step: Step, rec: StepRecord, host: str, reattach: bool) -> None:
+        """Start the recorded job unless the agent already has it (never launch twice)."""
+        try:
+            info = await self.call(host, "job.status", job_id=rec.job_id)
+        except AgentError as exc:
+            if exc.type != "not_found":
+                raise
+            info = None
+        if info is None:  # recorded as running but never launched (crash in between)
+            if reattach:
+                self.emit(
+                    Notice("info", f"{step.id}: job {rec.job_id} was never started; starting it")
+                )
+            await self._start_job(step, rec)
+        elif reattach:
+            self.emit(
+                Notice("info", f"{step.id}: reattached to job {rec.job_id} ({info.get('state')})")
+            )
+
+    def _unreachable(self, step: Step, rec: StepRecord, host: str, exc: Exception) -> str:
+        rec.ended_at = time.time()
+        if isinstance(exc, AgentError):
+            self._set(step.id, FAILED, "launch_error", exc.message)
+            return FAILED
+        self.emit(Notice("error", f"{host}: {exc}"))
+        self._set(step.id, LOST, "unreachable", str(exc))
+        return LOST
+
     async def _follow_and_finish(self, step: Step, rec: StepRecord, reattach: bool) -> str:
         host = rec.host or self.host_of(step)
         try:
-            try:
-                info = await self.call(host, "job.status", job_id=rec.job_id)
-            except AgentError as exc:
-                if exc.type != "not_found":
-                    raise
-                info = None
-            if info is None:  # recorded as running but never launched (crash in between)
-                if reattach:
-                    self.emit(
-                        Notice(
-                            "info", f"{step.id}: job {rec.job_id} was never started; starting it"
-                        )
+            await self._ensure_started(step, rec, host, reattach)
+            end = await self._follow(step, rec, host)
+        except (AgentError, TransportError) as exc:
+            return self._unreachable(step, rec, host, exc)
+        return await self._finish_ok_or_post(step, rec, rec.started_at or time.time(), end)
+
+    async def _serve(self, step: Step, rec: StepRecord, reattach: bool) -> str:
+        """A service: mirror its log while polling `ready`; succeed (job still running) once it
+        holds; fail if the job exits first or is not ready in time (then stop it)."""
+        assert step.service is not None
+        svc, host = step.service, rec.host or self.host_of(step)
+        try:
+            await self._ensure_started(step, rec, host, reattach)
+        except (AgentError, TransportError) as exc:
+            return self._unreachable(step, rec, host, exc)
+        follower = asyncio.ensure_future(self._follow(step, rec, host))
+        started = time.monotonic()
+        try:
+            while True:
+                if follower.done():
+                    end = follower.result()
+                    return await self._finish_ok_or_post(
+                        step, rec, rec.started_at or time.time(), end, service_exited=True
                     )
-                await self._start_job(step, rec)
-            elif reattach:
+                res = await self.call(host, "probe", check=svc.ready.probe())
+                if res.get("ok"):
+                    break
+                waited = time.monotonic() - started
+                if waited > svc.timeout:
+                    await self.call(host, "job.cancel", job_id=rec.job_id, grace_s=30)
+                    end = await follower
+                    rec.ended_at = time.time()
+                    self._set(
+                        step.id,
+                        FAILED,
+                        "not_ready",
+                        f"not ready after {svc.timeout:.0f}s ({res.get('message')}); stopped it",
+                        {"ready": res, "exit_code": (end.get("exit") or {}).get("exit_code")},
+                    )
+                    return FAILED
                 self.emit(
-                    Notice(
-                        "info", f"{step.id}: reattached to job {rec.job_id} ({info.get('state')})"
+                    ProgressUpdate(
+                        step.id,
+                        {
+                            "kind": "progress",
+                            "stage": "waiting until ready",
+                            "done": int(waited),
+                            "total": int(svc.timeout),
+                            "unit": "s",
+                        },
                     )
                 )
-            end = await self._follow(step, rec, host)
-        except AgentError as exc:
+                await asyncio.wait([follower], timeout=svc.interval)
+        except (AgentError, TransportError) as exc:
+            return self._unreachable(step, rec, host, exc)
+        finally:
+            if not follower.done():
+                follower.cancel()  # stop mirroring; the service keeps running on the box
+                try:
+                    await follower
+                except (asyncio.CancelledError, Exception):
+                    pass
+        rec.ended_at = time.time()
+        ready = {"check": svc.ready.check, "title": svc.ready.title, **res}
+        self.emit(GuardsEvaluated(step.id, "ready", (ready,)))
+        fields: dict[str, Any] = {
+            "ready": ready,
+            "guards": rec.guards,
+            "duration_s": round(rec.ended_at - (rec.started_at or rec.ended_at), 3),
+        }
+        if step.postconditions:
+            post = await self.evaluate(step, step.postconditions, "post")
+            fields["postconditions"] = post
+            if not all(r["ok"] for r in post):
+                self._set(
+                    step.id,
+                    FAILED,
+                    "postcondition_failed",
+                    "; ".join(f"{r['check']}: {r.get('message')}" for r in post if not r["ok"])
+                    + f" (the service job {rec.job_id} is still running: stop or cancel it)",
+                    fields,
+                )
+                return FAILED
+        self._set(
+            step.id, SUCCEEDED, "service_ready", f"ready; job {rec.job_id} keeps running", fields
+        )
+        return SUCCEEDED
+
+    async def _stop_service(self, step: Step, rec: StepRecord) -> str:
+        assert self.state and step.stop is not None
+        target = self.rb.step(step.stop)
+        trec = self.state.steps[step.stop]
+        host = trec.host or self.host_of(target)
+        start = time.time()
+        if not trec.job_id:
             rec.ended_at = time.time()
-            self._set(step.id, FAILED, "launch_error", exc.message)
+            self._set(step.id, SUCCEEDED, "not_running", f"{step.stop} never started a job")
+            return SUCCEEDED
+        try:
+            info = await self.call(host, "job.status", job_id=trec.job_id)
+            if info.get("state") == "running":
+                assert self.audit
+                self.audit.append(
+                    "step.cancel_requested", step=step.stop, job_id=trec.job_id, by_step=step.id
+                )
+                info = await self.call(host, "job.cancel", job_id=trec.job_id, grace_s=30)
+                deadline = time.monotonic() + 120
+                while info.get("state") == "running" and time.monotonic() < deadline:
+                    await asyncio.sleep(0.5)
+                    info = await self.call(host, "job.status", job_id=trec.job_id)
+        except (AgentError, TransportError) as exc:
+            return self._unreachable(step, rec, host, exc)
+        rec.ended_at = time.time()
+        if info.get("state") == "running":
+            self._set(step.id, FAILED, "stop_failed", f"{trec.job_id} still running after cancel")
             return FAILED
-        except TransportError as exc:
-            self.emit(Notice("error", f"{host}: {exc}"))
-            rec.ended_at = time.time()
-            self._set(step.id, LOST, "unreachable", str(exc))
-            return LOST
-        return await self._finish_ok_or_post(step, rec, rec.started_at or time.time(), end)
+        self._set(
+            step.id,
+            SUCCEEDED,
+            "service_stopped",
+            f"{step.stop} ({trec.job_id}) is {info.get('state')}",
+            {
+                "duration_s": round(rec.ended_at - start, 3),
+                "stopped_job": trec.job_id,
+                "stopped_exit": info.get("exit"),
+            },
+        )
+        return SUCCEEDED
 
     async def _follow(self, step: Step, rec: StepRecord, host: str) -> dict[str, Any]:
         path = Path(rec.log_file or "")
@@ -597,7 +734,12 @@ class Engine:
             self.emit(ProgressUpdate(step_id, record))
 
     async def _finish_ok_or_post(
-        self, step: Step, rec: StepRecord, start: float, job_end: dict[str, Any] | None
+        self,
+        step: Step,
+        rec: StepRecord,
+        start: float,
+        job_end: dict[str, Any] | None,
+        service_exited: bool = False,
     ) -> str:
         rec.ended_at = time.time()
         fields: dict[str, Any] = {"duration_s": round(rec.ended_at - start, 3)}
@@ -633,6 +775,9 @@ class Engine:
                         "exit_code",
                         f"exited with code {rec.exit_code}",
                     )
+                elif service_exited:
+                    status, reason = FAILED, "service_exited"
+                    message = "the service exited (code 0) before it was ready"
             fields.update(exit_code=rec.exit_code, signal=rec.signal)
         if status == SUCCEEDED and step.postconditions:
             post = await self.evaluate(step, step.postconditions, "post")
@@ -751,7 +896,13 @@ class Engine:
                     on_event({"event": "stats", **sample})
                 await conn.call("stats.watch", paths=paths, interval_s=2.0)
                 await conn.closed.wait()
-            except (AgentError, ConnectionLost, TransportError):
+            except TransportError as exc:
+                # a permanent refusal (host key, auth) is not retried in a loop; a new session
+                # (e.g. after the operator trusts the key) starts its own stats loop
+                if exc.permanent:
+                    return
+                await asyncio.sleep(1.0)
+            except (AgentError, ConnectionLost):
                 await asyncio.sleep(1.0)
             except asyncio.CancelledError:
                 return
