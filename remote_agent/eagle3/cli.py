@@ -29,6 +29,9 @@ COMMANDS: dict[str, str] = {
     "train": "remote_agent.eagle3.drafter.train_cmd",
     "export": "remote_agent.eagle3.drafter.export_cmd",
     "eval": "remote_agent.eagle3.drafter.eval_cmd",
+    # serving checks against a live SGLang server
+    "serve-check": "remote_agent.eagle3.serve_check_cmd",
+    "accept": "remote_agent.eagle3.accept_cmd",
     # tiny targets for the demo and GPU runs
     "build-tiny": "remote_agent.eagle3.tiny_cmd",
 }
@@ -45,6 +48,8 @@ _HELP: dict[str, str] = {
     "train": "train the EAGLE-3 drafter (training-time test; torchrun data parallel)",
     "export": "write an SGLang-loadable drafter checkpoint, checked against the loader contract",
     "eval": "acceptance length of a drafter with a torch reference speculative decoder",
+    "serve-check": "check that a live SGLang server runs EAGLE3 with the expected drafter",
+    "accept": "acceptance length of a live SGLang EAGLE-3 server (MT-Bench-style prompts)",
     "build-tiny": "build a tiny tokenizer + DeepseekV3 target (demo, tests, GPU runs)",
 }
 
