@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "export": "remote_agent.eagle3.drafter.export_cmd",
     "eval": "remote_agent.eagle3.drafter.eval_cmd",
     # serving checks against a live SGLang server
+    "sglang-launch": "remote_agent.eagle3.sglang_launch_cmd",
     "serve-check": "remote_agent.eagle3.serve_check_cmd",
     "accept": "remote_agent.eagle3.accept_cmd",
     # tiny targets for the demo and GPU runs
@@ -48,6 +49,7 @@ _HELP: dict[str, str] = {
     "train": "train the EAGLE-3 drafter (training-time test; torchrun data parallel)",
     "export": "write an SGLang-loadable drafter checkpoint, checked against the loader contract",
     "eval": "acceptance length of a drafter with a torch reference speculative decoder",
+    "sglang-launch": "start SGLang in extraction mode or serving the drafter (the required flags)",
     "serve-check": "check that a live SGLang server runs EAGLE3 with the expected drafter",
     "accept": "acceptance length of a live SGLang EAGLE-3 server (MT-Bench-style prompts)",
     "build-tiny": "build a tiny tokenizer + DeepseekV3 target (demo, tests, GPU runs)",

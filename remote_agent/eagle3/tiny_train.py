@@ -66,7 +66,7 @@ def train_target(
     use_amp = device.startswith("cuda")
     progress = Progress("train-target", steps, "steps")
     start, loss_value = time.time(), float("nan")
-    for step in range(steps):
+    for _ in range(steps):
         idx = torch.randint(0, n_windows, (batch,), generator=gen) * seq_len
         x = torch.stack([stream[i : i + seq_len + 1] for i in idx.tolist()]).to(device)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
@@ -131,7 +131,7 @@ def regenerate(
                 eos_token_id=tok.eos_token_id,
                 pad_token_id=tok.pad_token_id,
             )
-            for p, row in zip(chunk, outs[:, enc["input_ids"].shape[1] :].tolist()):
+            for p, row in zip(chunk, outs[:, enc["input_ids"].shape[1] :].tolist(), strict=True):
                 if tok.eos_token_id in row:
                     row = row[: row.index(tok.eos_token_id)]
                 n_tokens += len(row)

@@ -6,14 +6,20 @@ re-tokenize: they carry `input_ids` and check them (a dump's echoed ids must equ
 
 A merged file OUT.jsonl has two companions written by `eagle3 merge`:
   OUT.manifest.json  what `eagle3 verify` checks (counts, sha256 of OUT.jsonl and inputs, ...)
-  OUT.index.json     {"data_size", "data_sha256", "records": [[id, byte_offset, n_tokens, n_trainable], ...]}
+  OUT.index.json     {"data_size", "data_sha256", "records": [[id, byte_offset, n_tokens, n_trainable,
+                     line_crc32], ...]}  (line_crc32: 8 hex digits; optional)
 The index lets the trainer read any record by id without scanning the file.
+
+Two readers with identical results: `parse_record` (json.loads, returns lists) and `parse_raw`, which
+recognises the canonical layout that every stage writes and validates it with byte operations
+(about 10x faster; merge and verify scan ~100 M tokens) and falls back to `parse_record` otherwise.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +28,8 @@ from typing import Any
 from remote_agent.eagle3.errors import BadInput, located
 
 RECORD_KEYS = ("id", "source", "input_ids", "loss_mask")
+# Dumps store input_ids as int32, so no stage may carry a larger id even without a vocabulary.
+MAX_TOKEN_ID = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,8 @@ def parse_record(
         raise BadInput(
             located(path, lineno, f"not valid JSON ({exc.args[0] if exc.args else exc})")
         ) from None
+    except RecursionError:
+        raise BadInput(located(path, lineno, "not valid JSON (nested too deeply)")) from None
     if not isinstance(obj, dict):
         raise BadInput(located(path, lineno, f"expected a JSON object, got {type(obj).__name__}"))
     missing = [k for k in RECORD_KEYS if k not in obj]
@@ -95,7 +105,181 @@ def parse_record(
             )
     elif min(ids) < 0:
         raise BadInput(located(path, lineno, f"record {rid!r}: negative token id {min(ids)}"))
+    elif max(ids) > MAX_TOKEN_ID:
+        raise BadInput(
+            located(path, lineno, f"record {rid!r}: token id {max(ids)} does not fit in int32")
+        )
     return Record(rid, source, ids, mask)
+
+
+@dataclass(frozen=True)
+class RawRecord:
+    """A validated record kept as its canonical JSON pieces: `ids_text` is b"5,17,3" exactly as
+    written between the brackets, `mask_text` b"0,1,1". Cheap to hash, truncate and re-emit."""
+
+    id: str
+    source: str
+    ids_text: bytes
+    mask_text: bytes
+    n_tokens: int
+    n_trainable: int
+
+    def line(self, source: str | None = None) -> bytes:
+        """The canonical line (with newline); byte-identical to `Record.to_json()` + newline."""
+        src = self.source if source is None else source
+        return b"".join(
+            (
+                b'{"id":',
+                json.dumps(self.id).encode(),
+                b',"source":',
+                json.dumps(src).encode(),
+                b',"input_ids":[',
+                self.ids_text,
+                b'],"loss_mask":[',
+                self.mask_text,
+                b"]}\n",
+            )
+        )
+
+    def truncated(self, max_len: int) -> RawRecord:
+        """The first max_len positions; callers recompute the mask's last position themselves."""
+        if self.n_tokens <= max_len:
+            return self
+        ids = self.ids_text.split(b",", max_len)[:max_len]
+        mask = self.mask_text[: 2 * max_len - 1]
+        return RawRecord(self.id, self.source, b",".join(ids), mask, max_len, mask.count(b"1"))
+
+    def with_last_untrained(self) -> RawRecord:
+        """The last position has no next token, so it never trains (see docs/CONTRACTS.md)."""
+        if self.mask_text[-1:] != b"1":
+            return self
+        return RawRecord(
+            self.id,
+            self.source,
+            self.ids_text,
+            self.mask_text[:-1] + b"0",
+            self.n_tokens,
+            self.n_trainable - 1,
+        )
+
+    def token_ids(self):  # -> numpy int64 array
+        import numpy as np
+
+        return np.fromstring(self.ids_text, dtype=np.int64, sep=",")  # validated digits only
+
+    def mask_array(self):  # -> numpy bool array
+        import numpy as np
+
+        return np.frombuffer(self.mask_text[0::2], dtype=np.uint8) == ord("1")
+
+
+_DIGITS_COMMA = b"0123456789,"
+_IDS_KEY = b',"input_ids":['
+_MASK_KEY = b',"loss_mask":['
+_POWERS = None  # 10, 100, ..., 10**10 as numpy int64, made on first use (numpy import is lazy)
+
+
+def _fast_pieces(body: bytes) -> tuple[bytes, bytes, bytes] | None:
+    """(head JSON, ids text, mask text) when `body` has the canonical layout, else None.
+
+    The two list keys are found from the right: the list texts after them may hold only digits,
+    commas and 0/1, and inside a JSON string a quote is always escaped, so neither key can be
+    matched inside the id or source strings."""
+    if not (body.startswith(b'{"id":') and body.endswith(b"]}")):
+        return None
+    m = body.rfind(_MASK_KEY)
+    if m <= 0 or body[m - 1 : m] != b"]":
+        return None
+    i = body.rfind(_IDS_KEY, 0, m)
+    if i <= 0:
+        return None
+    ids = body[i + len(_IDS_KEY) : m - 1]
+    mask = body[m + len(_MASK_KEY) : -2]
+    if not ids or ids.translate(None, _DIGITS_COMMA) or ids[:1] == b"," or ids[-1:] == b",":
+        return None
+    n = ids.count(b",") + 1
+    if len(mask) != 2 * n - 1 or mask[0::2].translate(None, b"01") or mask[1::2].strip(b","):
+        return None
+    return body[:i] + b"}", ids, mask
+
+
+def _ids_valid(ids: bytes, n: int, vocab_size: int | None) -> bool:
+    """The digits-and-commas text `ids` holds n canonical JSON integers below the limit.
+
+    One numeric parse does it all: an empty element stops the parse (count differs), an id that
+    does not fit is clamped to int64 max (fails the range check), and a leading zero ("007",
+    invalid JSON) makes the text longer than the digits of the parsed values."""
+    global _POWERS
+    import numpy as np
+
+    if _POWERS is None:
+        _POWERS = 10 ** np.arange(1, 11, dtype=np.int64)
+    limit = MAX_TOKEN_ID + 1 if vocab_size is None else vocab_size
+    try:
+        values = np.fromstring(ids, dtype=np.int64, sep=",")
+    except ValueError:
+        return False
+    if len(values) != n or int(values.max()) >= limit:
+        return False
+    digits = int(np.searchsorted(_POWERS, values, side="right").sum()) + n
+    return digits + n - 1 == len(ids)
+
+
+def parse_raw(
+    line: bytes | str, path: object, lineno: int | None, vocab_size: int | None = None
+) -> RawRecord:
+    """Like `parse_record` (same acceptance, same messages) but returns a `RawRecord`."""
+    if isinstance(line, str):
+        line = line.encode("utf-8", "surrogatepass")
+    body = line[:-1] if line.endswith(b"\n") else line
+    pieces = _fast_pieces(body)
+    if pieces is not None:
+        head, ids, mask = pieces
+        try:
+            obj = json.loads(head)
+        except (ValueError, RecursionError):
+            obj = None
+        n = len(mask) // 2 + 1
+        if (
+            isinstance(obj, dict)
+            and obj.keys() == {"id", "source"}
+            and isinstance(obj["id"], str)
+            and obj["id"]
+            and isinstance(obj["source"], str)
+            and _ids_valid(ids, n, vocab_size)
+        ):
+            return RawRecord(obj["id"], obj["source"], ids, mask, n, mask.count(b"1"))
+    rec = parse_record(line, path, lineno, vocab_size)  # exact path: raises the located message
+    return RawRecord(
+        rec.id,
+        rec.source,
+        ",".join(map(str, rec.input_ids)).encode(),
+        ",".join(map(str, rec.loss_mask)).encode(),
+        len(rec.input_ids),
+        rec.trainable,
+    )
+
+
+def line_digest(line: bytes) -> str:
+    """Per-line CRC-32 (hex) stored in the index, so verify can name an edited record. Only a
+    locator: the file's sha256 in the manifest is what proves integrity."""
+    return f"{zlib.crc32(line):08x}"
+
+
+def iter_raw(
+    path: Path, vocab_size: int | None = None
+) -> Iterator[tuple[int, int, bytes, RawRecord]]:
+    """(line number, byte offset, line bytes, record) for every non-blank line (fast reader)."""
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"{path}: no such file")
+    offset = 0
+    with open(path, "rb", buffering=1 << 20) as f:
+        for lineno, raw in enumerate(f, start=1):
+            start = offset
+            offset += len(raw)
+            if raw.strip():
+                yield lineno, start, raw, parse_raw(raw, path, lineno, vocab_size)
 
 
 def iter_records(path: Path, vocab_size: int | None = None) -> Iterator[tuple[int, int, Record]]:
@@ -123,13 +307,17 @@ def manifest_path(data_path: Path) -> Path:
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
+    # json.dumps (C encoder) then one write: json.dump to a file iterates in pure Python.
+    data = json.dumps(obj, separators=(",", ":")).encode() + b"\n"
     tmp = Path(f"{path}.tmp.{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, separators=(",", ":"))
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 class DatasetIndex:

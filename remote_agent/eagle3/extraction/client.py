@@ -68,6 +68,7 @@ class ClientOptions:
     tp: int | None = None
     aux_dtype: str = "bf16"  # only used with --launch (the hook's env)
     canary_timeout: float = 120.0
+    canary_only: bool = False
     dump_timeout: float = 600.0
     request_timeout: float = 1800.0
     retries: int = 2
@@ -167,6 +168,20 @@ class Extraction:
         exp = expected_shapes(opts, {**model_info(self.http), **info})
         ids = dataset.ids()[: opts.limit] if opts.limit else dataset.ids()
         meta = self.canary(dataset.input_ids(ids[0])[:CANARY_TOKENS], exp)
+        if opts.canary_only:
+            summary = {
+                "ok": True,
+                "stage": "canary",
+                "server": self.http.url,
+                "layer_ids": meta.aux_layer_ids,
+                "bytes_per_token": meta.bytes_per_token(),
+            }
+            print(
+                f"canary: dumped and checked ({meta.aux_layer_ids}, {meta.bytes_per_token()} B/token)",
+                flush=True,
+            )
+            emit("result", **summary)
+            return summary
         done, mismatched = existing_samples(self.out, dataset)
         if mismatched:
             raise Failed(

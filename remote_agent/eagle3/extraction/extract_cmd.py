@@ -72,6 +72,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--request-timeout", type=float, default=1800.0)
     s.add_argument("--retries", type=int, default=2)
     s.add_argument("--launch", action="store_true", help="start SGLang with the extraction flags")
+    s.add_argument(
+        "--canary-only",
+        action="store_true",
+        help="check the server's flags and send the canary, then stop (the runbook's canary step)",
+    )
     s.add_argument("--launch-timeout", type=float, default=1800.0)
     s.add_argument("--launch-arg", action="append", default=[], help="extra launch_server argument")
     h = parser.add_argument_group("hf backend")
@@ -102,19 +107,32 @@ def _preflight(args: argparse.Namespace) -> int:
     if not hidden or not layers:
         raise BadInput("--preflight needs --model PATH, or --hidden-size and --num-layers")
     ids = args.layers or [2, layers // 2, layers - 3]
-    meta = DumpMeta(model=str(args.model), hidden_size=hidden, num_layers=layers,
-                    aux_layer_ids=ids, aux_dtype=args.aux_dtype)
+    meta = DumpMeta(
+        model=str(args.model),
+        hidden_size=hidden,
+        num_layers=layers,
+        aux_layer_ids=ids,
+        aux_dtype=args.aux_dtype,
+    )
     dataset = open_dataset(args.dataset, require_manifest=not args.allow_no_manifest)
     done, _ = existing_samples(args.out, dataset)
     wanted = dataset.ids()[: args.limit] if args.limit else dataset.ids()
     pending = [s for s in wanted if s not in done]
     tokens = dataset.total_tokens(pending)
     report = disk_preflight(args.out, tokens, meta.bytes_per_token(), args.disk_margin_gb)
-    print(f"{len(pending)} samples to dump ({len(done)} already done), {tokens} tokens x "
-          f"{meta.bytes_per_token()} B/token = {human_bytes(report['estimate_bytes'])} "
-          f"+ {human_bytes(report['margin_bytes'])} margin; {human_bytes(report['free_bytes'])} free: fits")
-    emit("result", stage="preflight", samples=len(pending), tokens=tokens,
-         bytes_per_token=meta.bytes_per_token(), **report)
+    print(
+        f"{len(pending)} samples to dump ({len(done)} already done), {tokens} tokens x "
+        f"{meta.bytes_per_token()} B/token = {human_bytes(report['estimate_bytes'])} "
+        f"+ {human_bytes(report['margin_bytes'])} margin; {human_bytes(report['free_bytes'])} free: fits"
+    )
+    emit(
+        "result",
+        stage="preflight",
+        samples=len(pending),
+        tokens=tokens,
+        bytes_per_token=meta.bytes_per_token(),
+        **report,
+    )
     return 0
 
 
@@ -174,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
             launch_timeout=args.launch_timeout,
             launch_args=args.launch_arg,
             progress_interval=args.progress_interval,
+            canary_only=args.canary_only,
         )
     ).run()
     return 0

@@ -1,0 +1,89 @@
+"""sglang-launch builds the commands the runbook's service steps run; every flag must exist in
+the real sglang 0.5.23 (read from its wheel: a renamed flag would otherwise fail at 3 a.m.)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def launch(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "remote_agent.eagle3", "sglang-launch", *args, "--print"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.fixture(scope="module")
+def wheel_flags(sglang_wheel) -> set[str]:
+    """0.5.23 derives each CLI flag from a typed field (`model_path` -> `--model-path`, in
+    arg_groups/arg_utils.py); older-style literal flags and aliases are collected too."""
+    flags: set[str] = set()
+    with zipfile.ZipFile(sglang_wheel) as z:
+        for name in z.namelist():
+            if not (name.startswith("sglang/srt/") and name.endswith(".py")):
+                continue
+            text = z.read(name).decode("utf-8", "replace")
+            flags |= set(re.findall(r'"(--[a-z0-9-]+)"', text))
+            if "/arg_groups/" in name or name.endswith("server_args.py"):
+                fields = re.findall(r"^    ([a-z][a-z0-9_]*): ", text, re.M)
+                flags |= {"--" + f.replace("_", "-") for f in fields}
+    return flags
+
+
+def test_extract_mode_flags(tmp_path, wheel_flags):
+    out = launch(
+        "extract",
+        "--model",
+        "/models/k",
+        "--dump-dir",
+        str(tmp_path / "d"),
+        "--tp",
+        "8",
+        "--layers",
+        "2,30,58",
+    )
+    assert out.returncode == 0, out.stderr
+    line = out.stdout.strip()
+    assert f"EAGLE3_DUMP_DIR={tmp_path / 'd'}" in line
+    for flag in (
+        "--enable-return-aux-hidden-states",
+        "--disable-radix-cache",
+        "--disable-prefill-cuda-graph",
+    ):
+        assert flag in line
+    assert "--speculative-algorithm EAGLE3" in line and "--chunked-prefill-size -1" in line
+    assert "--return-aux-hidden-state-layer-ids 2 30 58" in line
+    used = set(re.findall(r" (--[a-z0-9-]+)", line))
+    assert used <= wheel_flags, f"flags sglang 0.5.23 does not know: {used - wheel_flags}"
+
+
+def test_serve_mode_flags(tmp_path, wheel_flags):
+    (tmp_path / "drafter").mkdir()
+    (tmp_path / "drafter" / "config.json").write_text("{}")
+    out = launch("serve", "--model", "/models/k", "--draft", str(tmp_path / "drafter"))
+    assert out.returncode == 0, out.stderr
+    line = out.stdout.strip()
+    assert "--speculative-algorithm EAGLE3" in line and " EAGLE " not in line + " "
+    assert (
+        "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4"
+        in line
+    )
+    used = set(re.findall(r" (--[a-z0-9-]+)", line))
+    assert used <= wheel_flags, f"flags sglang 0.5.23 does not know: {used - wheel_flags}"
+
+
+def test_missing_inputs_are_bad_input(tmp_path):
+    assert launch("extract", "--model", "/m").returncode == 2
+    out = launch("serve", "--model", "/m", "--draft", str(tmp_path))
+    assert out.returncode == 2 and "exported drafter" in out.stderr
