@@ -26,7 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--split", default="all", choices=("all", "holdout", "train"))
     parser.add_argument(
-        "--holdout-fraction", type=float, default=0.0, help="as data.holdout_fraction"
+        "--holdout-fraction",
+        type=float,
+        default=None,
+        help="as data.holdout_fraction (default: the value the drafter was trained with, from "
+        "its eagle3_export.json)",
     )
     parser.add_argument(
         "--compare-untrained",
@@ -60,6 +64,17 @@ def run(args: argparse.Namespace) -> int:
         from remote_agent.eagle3.drafter.train import cpu_threads
 
         cpu_threads()
+    holdout = args.holdout_fraction
+    export_info = Path(args.drafter) / "eagle3_export.json"
+    if holdout is None and export_info.exists():
+        holdout = json.loads(export_info.read_text()).get("holdout_fraction")
+    if args.split != "all" and not holdout:
+        from remote_agent.eagle3.errors import BadInput
+
+        raise BadInput(
+            f"--split {args.split} needs the training holdout fraction: the drafter's "
+            "eagle3_export.json does not record one; pass --holdout-fraction"
+        )
     report = run_eval(
         Path(args.target),
         Path(args.drafter),
@@ -72,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         device=device,
         dtype=args.dtype,
         split=args.split,
-        holdout_fraction=args.holdout_fraction,
+        holdout_fraction=holdout or 0.0,
         compare_untrained=args.compare_untrained,
         reference=args.reference,
     )

@@ -110,6 +110,9 @@ def export_checkpoint(
             "model_sha256": sha,
             "tensors": len(tensors),
             "serve_flags": serve_flags(out),
+            # what the drafter was trained on, so `eagle3 eval --split holdout` needs no flags
+            "dataset": (state.get("data_key") or {}).get("dataset"),
+            "holdout_fraction": (state.get("data_key") or {}).get("holdout_fraction"),
         }
         (tmp / "eagle3_export.json").write_text(json.dumps(info, indent=2) + "\n")
         for f in tmp.iterdir():
