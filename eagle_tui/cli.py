@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -25,6 +26,8 @@ from runbook.loader import RunbookError, load_runbook, parse_overrides, read_sec
 from runbook.state import RunState, choose_run_id, default_state_dir, list_runs
 from runbook.transports import TransportError
 from runbook.transports.factory import make_transport_factory
+
+FINGERPRINT = re.compile(r"SHA256:[A-Za-z0-9+/]{43}=?")  # as `ssh-keygen -l` prints it
 
 
 def _err(msg: str) -> None:
@@ -117,6 +120,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         for sid in args.yes or []:
             if sid != "*" and sid not in probe.runbook.step_ids:
                 raise RunbookError([f"--yes {sid}: no such step"])
+        bad = [fp for fp in args.trust_host or [] if not FINGERPRINT.fullmatch(fp)]
+        if bad:
+            raise RunbookError(
+                [f"--trust-host {fp}: expected SHA256:<43 characters>" for fp in bad]
+            )
         secrets = read_secrets(probe.runbook)
     except RunbookError as exc:
         for p in exc.problems:

@@ -171,15 +171,14 @@ class HeadlessView:
                 self._progress_printed[event.step_id] = now
                 self._print(Text(f"  {event.step_id} ⋯ {text}", style="cyan"))
         elif isinstance(event, ConnectionChanged):
-            if event.state in ("reconnecting", "failed"):
+            # "failed" is not printed: whoever gets the error reports it once (the CLI's
+            # `error:` line, or the step's `lost` reason), so one refusal reads as one message.
+            # A first connection that keeps failing is shown like a reconnect.
+            if event.state == "reconnecting" or (event.state == "connecting" and event.message):
                 self.connection = f"{event.host}: {event.state} (attempt {event.attempt})" + (
                     f": {event.message}" if event.message else ""
                 )
-                self._print(
-                    Text(
-                        self.connection, style="yellow" if event.state == "reconnecting" else "red"
-                    )
-                )
+                self._print(Text(self.connection, style="yellow"))
             elif event.state == "connected":
                 if self.connection:
                     self._print(Text(f"{event.host}: connected", style="green"))

@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Any
 
+from remote_agent.jobenv import job_base_env
 from remote_agent.procs import JobTree, boot_id, is_alive
 from remote_agent.protocol import (
     AgentError,
@@ -38,21 +39,6 @@ READY_TIMEOUT_S = 30.0
 STARTING_GRACE_S = 60.0  # a job dir without a pid file this young may still be starting
 DEFAULT_MAX_READ = 1 << 20
 MAX_READ = 16 << 20
-
-
-def job_base_env() -> dict[str, str]:
-    """The environment jobs start from: the agent's, with its interpreter's bin directory first
-    on PATH (so `python`, `torchrun` and `eagle3` resolve to the box's configured environment)
-    and this package importable (so `python -m remote_agent.eagle3 ...` works from a zipapp)."""
-    env = dict(os.environ)
-    bindir = os.path.dirname(sys.executable or "")
-    if bindir:
-        parts = [p for p in env.get("PATH", os.defpath).split(os.pathsep) if p and p != bindir]
-        env["PATH"] = os.pathsep.join([bindir, *parts])
-    parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != parent]
-    env["PYTHONPATH"] = os.pathsep.join([parent, *rest])
-    return env
 
 
 def jobwrap_command(job_dir: str) -> tuple[list[str], dict[str, str]]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from remote_agent import gpu
+from remote_agent.jobenv import job_base_env
 
 Result = tuple[bool, Any, str]
 
@@ -421,7 +422,7 @@ def check_command(f: Fields) -> Result:
         raise CheckError("command 'argv' must not be empty")
     cmd = argv if argv is not None else ["/bin/sh", "-c", shell]
     cwd = f.str("cwd", None)
-    env = {**os.environ, **f.env("env")}
+    env = {**job_base_env(), **f.env("env")}  # the same python and package a job would see
     timeout = float(f.num("timeout_s", 60) or 60)
     pattern = f.str("stdout_regex", None)
     try:

@@ -15,9 +15,12 @@ def local_spool(state_dir: Path) -> Path:
     return Path(os.environ.get("EAGLE_TUI_SPOOL") or Path(state_dir) / "spool")
 
 
-def make_transport_factory(state_dir: Path, options: Any = None) -> Callable[[str], Transport]:
-    def factory(host: str) -> Transport:
-        if host in ("local", "localhost-agent"):
+def make_transport_factory(state_dir: Path, options: Any = None) -> Callable[..., Transport]:
+    """`factory(host, config=None)`: `config` is the runbook's HostConfig when `host` names an
+    entry of its `hosts:` (ssh target, python, spool); else `host` is the ssh target itself."""
+
+    def factory(host: str, config: Any = None) -> Transport:
+        if config is None and host in ("local", "localhost-agent"):
             state_dir.mkdir(parents=True, exist_ok=True)
             return LocalTransport(
                 local_spool(state_dir), agent_log=Path(state_dir) / "agent-local.log"
@@ -26,6 +29,6 @@ def make_transport_factory(state_dir: Path, options: Any = None) -> Callable[[st
             from runbook.transports.ssh import SshTransport
         except ImportError as exc:
             raise TransportError(f"ssh transport unavailable: {exc}", permanent=True) from exc
-        return SshTransport.from_options(host, state_dir, options)
+        return SshTransport.from_options(host, state_dir, options, config)
 
     return factory

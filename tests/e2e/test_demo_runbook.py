@@ -20,7 +20,10 @@ def cli(tmp: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProc
         os.environ, EAGLE_TUI_STATE_DIR=str(tmp / "state"), EAGLE_TUI_SPOOL=str(tmp / "spool")
     )
     return run_tree(
-        [sys.executable, "-m", "eagle_tui.cli", *args], timeout=timeout, env=env, cwd=REPO
+        [sys.executable, "-m", "eagle_tui.cli", *args],
+        timeout=timeout,
+        env=env,
+        cwd=tmp,  # demo work paths are relative to the agent
     )
 
 
@@ -50,13 +53,14 @@ def test_demo_runs_to_exit_0_and_its_audit_verifies(tmp_path):
     # the evidence shown for the delete includes how many bytes it frees
     sizes = [g for g in confirmed[0]["evidence"] if g["check"] == "dir_size"]
     assert sizes and sizes[0]["observed"]["bytes"] == 8_000_000
-    work = next((tmp_path / "state" / "demo").iterdir())
+    work = tmp_path / "eagle3-demo" / status["run_id"]
     assert not (work / "old-hidden-states").exists()
     evaluation = json.loads((work / "eval.json").read_text())
     trained, untrained = evaluation["trained"], evaluation["untrained"]
     assert trained["lossless"] is True and untrained["lossless"] is True
     assert trained["accept_length"] >= 1.0 and trained["completion_tokens"] > 0
-    assert (work / "drafter" / "config.json").exists() and (work / "audit.md").exists()
+    assert (work / "drafter" / "config.json").exists()
+    assert (tmp_path / "state" / "runs" / status["run_id"] / "audit.md").exists()
     # the patch was applied and reverted on the scratch copy: pristine bytes again
     scratch = work / "sglang-scratch" / "sglang" / "srt" / "models" / "deepseek_v2.py"
     import hashlib

@@ -168,7 +168,9 @@ def test_agent_killed_during_detached_job(cli, tmp_path):
         what="some output",
     )
     # only this test's agent (other runs on the machine have other spools)
-    agents = [int(p) for p in os.popen(f"pgrep -f 'remote_agent serve --spool {spool}'").read().split()]
+    agents = [
+        int(p) for p in os.popen(f"pgrep -f 'remote_agent serve --spool {spool}'").read().split()
+    ]
     assert agents
     for pid in agents:
         os.kill(pid, signal.SIGKILL)

@@ -256,10 +256,24 @@ def from_dict(data: Any, source: str = "<config>") -> Config:
     )
 
 
-def read_file(path: Path) -> dict[str, Any]:
+EXAMPLES = Path(__file__).resolve().parent / "examples"
+
+
+def resolve_config_path(path: Path) -> Path:
+    """A config file, or the name of a shipped example (`tiny-cpu`, `tiny-gpu`, `kimi-k25-8gpu`),
+    so a runbook can name a config that exists wherever the agent runs."""
     path = Path(path)
+    if path.exists() or path.parent != Path("."):
+        return path
+    example = EXAMPLES / f"{path.name.removesuffix('.yaml')}.yaml"
+    return example if example.exists() else path
+
+
+def read_file(path: Path) -> dict[str, Any]:
+    path = resolve_config_path(path)
     if not path.exists():
-        raise BadInput(f"{path}: no such config file")
+        known = ", ".join(sorted(p.stem for p in EXAMPLES.glob("*.yaml")))
+        raise BadInput(f"{path}: no such config file (shipped examples: {known})")
     text = path.read_text()
     if path.suffix in (".yaml", ".yml"):
         try:

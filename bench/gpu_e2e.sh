@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The GPU end-to-end run (issue 8): runbooks/demo.yaml through the runbook engine on the local
+# transport, sized for 1-2 H200s: a tiny DeepseekV3 trained for a few minutes, chat data it
+# regenerates itself, extraction and drafter training on $NPROC ranks, export, evaluation.
+#   NPROC=2 bench/gpu_e2e.sh [extra --set ...]       -> bench/results/gpu-e2e.json
+set -u
+cd "$(dirname "$0")/.."
+STATE=${STATE:-/tmp/eagle3-gpu-e2e}
+NPROC=${NPROC:-2}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+python3 -m eagle_tui.cli run runbooks/demo.yaml --auto --yes --quiet --state-dir "$STATE" \
+  --set preset=gpu --set device=cuda --set nproc="$NPROC" \
+  --set target_steps="${TARGET_STEPS:-400}" --set target_batch=16 --set seq_len=512 \
+  --set per_source=900 --set prompts="${PROMPTS:-800}" --set new_tokens=128 \
+  --set max_len=1024 --set draft_vocab=8192 --set token_budget=65536 \
+  --set drafter_config=tiny-gpu \
+  --set draft_steps="${DRAFT_STEPS:-300}" --set eval_prompts=16 --set eval_tokens=128 "$@"
+code=$?
+python3 bench/e2e_report.py --state-dir "$STATE" --out "${E2E_OUT:-bench/results/gpu-e2e.json}"
+exit $code
