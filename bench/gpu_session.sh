@@ -31,6 +31,10 @@ for p in "$@"; do
       part extract-test 150 python3 tests/gpu/test_extraction_gpu.py --quick ;;
     extract-bench)
       part extract-bench 120 python3 bench/bench_extract.py --quick ;;
+    extract-test-bf16)
+      part extract-test-bf16 150 python3 tests/gpu/test_extraction_gpu.py --quick --dtype bf16 --report bench/results/extract-gpu-check-bf16.json ;;
+    extract-bench-wide)
+      part extract-bench-wide 150 python3 bench/bench_extract.py --quick --preset wide --out bench/results/extract-wide.json ;;
     train-bench)
       part train-bench 240 python3 bench/bench_train.py --quick ;;
     scale)

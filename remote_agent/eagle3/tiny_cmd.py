@@ -55,6 +55,12 @@ def run(args: argparse.Namespace) -> int:
     )
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise BadInput(f"--device {device}: no CUDA device here")
+    available = sum(1 for _ in tiny_data.stdlib_functions())
+    if args.prompts > available or 2 * args.per_source > available:
+        raise BadInput(
+            f"this Python's standard library has {available} usable functions: ask for at most "
+            f"{available} --prompts and {available // 2} --per-source"
+        )
     params = {k: v for k, v in vars(args).items() if k not in ("out", "device", "command")}
     summary_path = args.out / "tiny.json"
     if summary_path.exists() and json.loads(summary_path.read_text()).get("params") == params:

@@ -34,7 +34,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 REPORT = REPO / "bench" / "results" / "extract-gpu-check.json"
-REL_TOL = 2e-2  # relative L2 error per sample and tensor, bf16 with different batch shapes
+# Relative L2 error per token (final state) and per sample/tensor, between runs with different
+# batch shapes. A random-weight MoE router has near-ties that tiny kernel differences flip (the
+# token then takes other experts and its states differ a lot), so the check passes when at most
+# MAX_FLIP_SHARE of the tokens are beyond tolerance; the worst sample error is reported.
+MAX_FLIP_SHARE = 0.01
+# fp32: the dump stores bf16, so at most one bf16 rounding step per element (2^-8 relative)
+REL_TOL = {"fp32": 4e-3, "bf16": 2e-2}
+DTYPE = {"value": "fp32"}
 
 try:
     import pytest
@@ -126,6 +133,11 @@ def rel_err(a, b) -> float:
     return float((a - b).norm() / b.norm().clamp(min=1e-12))
 
 
+def token_errs(a, b):
+    a, b = a.float(), b.float()
+    return (a - b).norm(dim=-1) / b.norm(dim=-1).clamp(min=1e-12)
+
+
 def compare_dumps(a_dir: Path, b_dir: Path) -> dict:
     import torch
 
@@ -133,11 +145,14 @@ def compare_dumps(a_dir: Path, b_dir: Path) -> dict:
 
     a, b = DumpReader(a_dir), DumpReader(b_dir)
     assert sorted(a.ids()) == sorted(b.ids()), "different sample sets"
-    worst, bitwise, elems, equal = 0.0, 0, 0, 0
+    tol = REL_TOL[DTYPE["value"]]
+    worst, bitwise, elems, equal, tokens, off = 0.0, 0, 0, 0, 0, 0
     for sid in a.ids():
         x, y = a.get(sid), b.get(sid)
         assert torch.equal(x["input_ids"], y["input_ids"]), sid
         same = True
+        per_tok = token_errs(x["final"], y["final"])
+        tokens, off = tokens + per_tok.numel(), off + int((per_tok > tol).sum())
         for key in ("aux", "final"):
             worst = max(worst, rel_err(x[key], y[key]))
             eq = x[key] == y[key]
@@ -150,7 +165,10 @@ def compare_dumps(a_dir: Path, b_dir: Path) -> dict:
         "bitwise_samples": bitwise,
         "equal_element_share": round(equal / elems, 6),
         "max_rel_l2": worst,
-        "within_tolerance": worst < REL_TOL,
+        "tokens_beyond_tolerance_share": round(off / max(tokens, 1), 6),
+        "dtype": DTYPE["value"],
+        "max_flip_share": MAX_FLIP_SHARE,
+        "within_tolerance": off / max(tokens, 1) <= MAX_FLIP_SHARE,
     }
 
 
@@ -161,12 +179,12 @@ def compare_with_hf(model_dir: Path, dump: Path, device: str) -> dict:
 
     from remote_agent.eagle3.dense import DumpReader
 
-    model = (
-        AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16).to(device).eval()
-    )
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[DTYPE["value"]]
+    tol = REL_TOL[DTYPE["value"]]
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).to(device).eval()
     reader = DumpReader(dump)
     ids_, h = reader.meta.aux_layer_ids, reader.meta.hidden_size
-    worst, bitwise = 0.0, 0
+    worst, bitwise, tokens, off = 0.0, 0, 0, 0
     for sid in reader.ids():
         got = reader.get(sid)
         with torch.inference_mode():
@@ -175,6 +193,10 @@ def compare_with_hf(model_dir: Path, dump: Path, device: str) -> dict:
         want_final = out.hidden_states[-1][0].cpu()  # == last_hidden_state: post-norm
         assert torch.equal(want_final, out.last_hidden_state[0].cpu())
         assert got["aux"].shape == (len(got["input_ids"]), len(ids_) * h)
+        # the dump stores bf16; compare against the reference rounded the same way
+        want_aux, want_final = want_aux.to(got["aux"].dtype), want_final.to(got["final"].dtype)
+        per_tok = token_errs(got["final"], want_final)
+        tokens, off = tokens + per_tok.numel(), off + int((per_tok > tol).sum())
         e = max(rel_err(got["aux"], want_aux), rel_err(got["final"], want_final))
         worst = max(worst, e)
         bitwise += bool(torch.equal(got["aux"], want_aux) and torch.equal(got["final"], want_final))
@@ -182,7 +204,10 @@ def compare_with_hf(model_dir: Path, dump: Path, device: str) -> dict:
         "samples": len(reader),
         "bitwise_samples": bitwise,
         "max_rel_l2": worst,
-        "within_tolerance": worst < REL_TOL,
+        "tokens_beyond_tolerance_share": round(off / max(tokens, 1), 6),
+        "dtype": DTYPE["value"],
+        "max_flip_share": MAX_FLIP_SHARE,
+        "within_tolerance": off / max(tokens, 1) <= MAX_FLIP_SHARE,
     }
 
 
@@ -227,7 +252,7 @@ def run_checks(
             "--token-budget",
             "8192",
             "--dtype",
-            "bf16",
+            DTYPE["value"],
         ]
         t = time.monotonic()
         one = result_line(eagle3("extract", *common, "--out", str(work / "one")))
@@ -290,7 +315,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, help="override the sample count")
     parser.add_argument("--max-len", type=int, help="override the longest sample")
     parser.add_argument("--report", type=Path, default=REPORT)
+    parser.add_argument(
+        "--dtype",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="extraction and reference precision (fp32: strict; bf16: reported)",
+    )
     args = parser.parse_args(argv)
+    DTYPE["value"] = args.dtype
     report = run_checks(
         args.device or _device(),
         args.quick,
