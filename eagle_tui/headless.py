@@ -3,6 +3,7 @@ when stdout is not a terminal (CI logs) and as a live Rich display when it is.""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from typing import Any
@@ -24,6 +25,7 @@ from runbook.events import (
     SKIPPED,
     SUCCEEDED,
     ConnectionChanged,
+    DryRunStep,
     Event,
     GuardsEvaluated,
     LogChunk,
@@ -91,6 +93,7 @@ class HeadlessView:
         self.show_logs = show_logs
         self._partial: dict[str, str] = {}
         self._progress_printed: dict[str, float] = {}
+        self._dry_guards: dict[str, list[Text]] = {}
         self.live: Live | None = None
 
     # -------------------------------------------------------------- lifecycle
@@ -150,9 +153,42 @@ class HeadlessView:
             )
         elif isinstance(event, StepChanged):
             self._on_step(event)
+        elif isinstance(event, DryRunStep):
+            style = {
+                "done": "green",
+                "satisfied": "green",
+                "would run": "cyan",
+                "blocked": "yellow",
+            }[event.state]
+            cmd = (
+                event.command
+                if isinstance(event.command, str) or event.command is None
+                else " ".join(event.command)
+            )
+            warn = " [bold red](destructive: needs confirmation)[/]" if event.destructive else ""
+            self._print(
+                Text.from_markup(
+                    f"[{style}]{escape(event.state):>9}[/] [bold]{escape(event.step_id)}[/] "
+                    f"on {escape(event.host)}{warn}: {escape(str(cmd or '(guards only)'))}"
+                )
+            )
+            for line in self._dry_guards.pop(event.step_id, []):  # guards are evaluated first
+                self._print(line)
         elif isinstance(event, GuardsEvaluated):
+            dry = event.phase.startswith("dry-run")
             for r in event.results:
-                if not r.get("ok") or event.phase == "dry_run":
+                if dry:
+                    mark = "[green]✓[/]" if r.get("ok") else "[red]✗[/]"
+                    observed = json.dumps(r.get("observed"), default=str)
+                    observed = observed if len(observed) <= 160 else observed[:157] + "..."
+                    label = r.get("title") or r.get("check")
+                    self._dry_guards.setdefault(event.step_id, []).append(
+                        Text.from_markup(
+                            f"      {mark} {escape(str(label))}: {escape(str(r.get('message')))}"
+                            f" [dim]observed {escape(observed)}[/]"
+                        )
+                    )
+                elif not r.get("ok"):
                     mark = "[green]✓[/]" if r.get("ok") else "[red]✗[/]"
                     self._print(
                         Text.from_markup(

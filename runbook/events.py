@@ -44,6 +44,17 @@ class GuardsEvaluated(Event):
 
 
 @dataclass(frozen=True)
+class DryRunStep(Event):
+    """--dry-run: what a step would run, where, and whether it is already done or satisfied."""
+
+    step_id: str
+    host: str
+    command: Any
+    destructive: bool
+    state: str  # "done" | "satisfied" (skip_if holds) | "would run" | "blocked"
+
+
+@dataclass(frozen=True)
 class LogChunk(Event):
     step_id: str
     text: str

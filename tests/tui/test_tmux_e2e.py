@@ -34,6 +34,11 @@ def state_of(state_dir):
 
 
 def test_tmux_run_quit_mid_job_reattach_finish_export(tmp_path, e2e_host_args, capsys):
+    run_tmux_e2e(tmp_path, e2e_host_args, capsys)
+
+
+def run_tmux_e2e(tmp_path, e2e_host_args, capsys, extra_env=None) -> None:
+    """The scenario, for any box (tests/ssh runs it over the loopback sshd)."""
     state, work = tmp_path / "state", tmp_path / "work"
     work.mkdir()
     env = {
@@ -45,6 +50,7 @@ def test_tmux_run_quit_mid_job_reattach_finish_export(tmp_path, e2e_host_args, c
         "PATH": os.environ.get("PATH", ""),
         "HOME": os.environ.get("HOME", str(tmp_path)),
         "PS1": "$ ",
+        **(extra_env or {}),
     }
     argv = [
         sys.executable,

@@ -59,7 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers",
         type=int,
-        help="tokenizer processes (default: 1 for small inputs, else the CPUs available, max 8)",
+        help="most tokenizer processes (default: the CPUs available, max 8); at most one per "
+        "1,000 samples is started",
     )
     parser.add_argument("--trust-remote-code", action="store_true")
 
@@ -178,11 +179,11 @@ def run(args: argparse.Namespace) -> int:
     samples = records = tokens = trainable = dropped = 0
     failures: list[tuple[int, int | None, str, str]] = []
     lines = _count_lines(args.input)
-    workers = args.workers
-    if workers is None:  # a worker costs a few seconds to start (it imports transformers)
-        from remote_agent.eagle3.data.chunks import default_workers
+    from remote_agent.eagle3.data.chunks import default_workers
 
-        workers = default_workers() if (lines or 0) > 5000 else 1
+    # a worker costs seconds to start (it imports transformers): at most one per 1,000 samples,
+    # so `--workers 16` in a runbook does not make a small source slower
+    workers = min(args.workers or default_workers(), max(1, (lines or 0) // 1000))
     progress = Progress("tokenize", lines, "samples")
     pool = None
     if workers > 1:
