@@ -244,9 +244,9 @@ def run_accept(args: argparse.Namespace) -> int:
     states = info.get("internal_states") or [{}]
     report["server_avg_spec_accept_length"] = (states[0] or {}).get("avg_spec_accept_length")
     if args.out:
-        tmp = args.out.with_name(args.out.name + ".tmp")
-        tmp.write_text(json.dumps(report, indent=1) + "\n")
-        tmp.replace(args.out)
+        from remote_agent.eagle3.atomic import write_bytes_atomic
+
+        write_bytes_atomic(args.out, (json.dumps(report, indent=1) + "\n").encode())
     emit("result", stage="accept", **{k: v for k, v in report.items() if k != "server"})
     acc = report["accept_length"]
     print(json.dumps(report, indent=1))

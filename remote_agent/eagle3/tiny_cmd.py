@@ -108,9 +108,9 @@ def run(args: argparse.Namespace) -> int:
             args.seed,
         )
         summary["regenerate"]["wall_s"] = round(time.time() - t2, 2)
-    tmp = summary_path.with_name("tiny.json.tmp")
-    tmp.write_text(json.dumps(summary, indent=1) + "\n")
-    tmp.replace(summary_path)
+    from remote_agent.eagle3.atomic import write_bytes_atomic
+
+    write_bytes_atomic(summary_path, (json.dumps(summary, indent=1) + "\n").encode())
     emit(
         "result",
         stage="build-tiny",

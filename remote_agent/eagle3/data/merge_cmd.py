@@ -292,7 +292,7 @@ def _pass2(
     n_items: int,
 ) -> Written:
     """Buckets in key order -> OUT.jsonl (atomic), skipping duplicates and capped records."""
-    from remote_agent.eagle3.data.atomic import AtomicWriter, HashingSink
+    from remote_agent.eagle3.atomic import AtomicWriter, HashingSink
     from remote_agent.eagle3.data.manifest import hist_bound
     from remote_agent.eagle3.data.merge_worker import PAYLOAD as head
     from remote_agent.eagle3.progress import Progress

@@ -18,7 +18,6 @@ recognises the canonical layout that every stage writes and validates it with by
 from __future__ import annotations
 
 import json
-import os
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -307,17 +306,10 @@ def manifest_path(data_path: Path) -> Path:
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
+    from remote_agent.eagle3.atomic import write_bytes_atomic
+
     # json.dumps (C encoder) then one write: json.dump to a file iterates in pure Python.
-    data = json.dumps(obj, separators=(",", ":")).encode() + b"\n"
-    tmp = Path(f"{path}.tmp.{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_bytes_atomic(Path(path), json.dumps(obj, separators=(",", ":")).encode() + b"\n")
 
 
 class DatasetIndex:

@@ -134,7 +134,7 @@ def load_done(out: Path) -> set[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from remote_agent.eagle3.data.atomic import write_bytes_atomic
+    from remote_agent.eagle3.atomic import write_bytes_atomic
     from remote_agent.eagle3.data.conversations import iter_conversations
     from remote_agent.eagle3.data.openai_client import ChatClient, FatalRequestError, RequestFailed
     from remote_agent.eagle3.progress import Progress, emit

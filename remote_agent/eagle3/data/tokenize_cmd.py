@@ -147,7 +147,7 @@ def _count_lines(path: Path) -> int | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from remote_agent.eagle3.data.atomic import AtomicWriter
+    from remote_agent.eagle3.atomic import AtomicWriter
     from remote_agent.eagle3.data.loss_mask import MaskStats
     from remote_agent.eagle3.data.records import Record
     from remote_agent.eagle3.progress import Progress, emit
@@ -249,7 +249,7 @@ def run(args: argparse.Namespace) -> int:
 def _write_errors(
     path: Path, input_path: Path, failures: list[tuple[int, int | None, str, str]]
 ) -> None:
-    from remote_agent.eagle3.data.atomic import write_bytes_atomic
+    from remote_agent.eagle3.atomic import write_bytes_atomic
 
     lines = [
         json.dumps({"input": str(input_path), "index": i, "line": ln, "id": rid, "error": msg})

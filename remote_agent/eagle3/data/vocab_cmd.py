@@ -40,8 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
+    from remote_agent.eagle3.atomic import write_bytes_atomic
     from remote_agent.eagle3.data import vocab_mapping as vm
-    from remote_agent.eagle3.data.atomic import write_bytes_atomic
     from remote_agent.eagle3.data.chunks import (
         ChunkScanner,
         default_workers,

@@ -128,7 +128,7 @@ def save(path: Path, d2t: np.ndarray, t2d: np.ndarray, metadata: dict[str, str])
 
     from safetensors.numpy import save_file
 
-    from remote_agent.eagle3.data.atomic import fsync_dir, temp_name
+    from remote_agent.eagle3.atomic import fsync_dir, temp_name
 
     tmp = temp_name(path)
     try:

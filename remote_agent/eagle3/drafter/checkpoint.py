@@ -21,27 +21,7 @@ from typing import Any
 
 import torch
 
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+from remote_agent.eagle3.atomic import fsync_dir, write_bytes_atomic
 
 
 def rng_state() -> dict[str, Any]:
@@ -93,16 +73,18 @@ def save(root: Path, step: int, state: dict[str, Any], meta: dict[str, Any]) -> 
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
-        _write_atomic(tmp / "meta.json", (json.dumps(meta, indent=1, default=str) + "\n").encode())
-        _fsync_dir(tmp)
+        write_bytes_atomic(
+            tmp / "meta.json", (json.dumps(meta, indent=1, default=str) + "\n").encode()
+        )
+        fsync_dir(tmp)
         if final.exists():  # a re-run of the same step replaces it
             shutil.rmtree(final)
         os.replace(tmp, final)
-        _fsync_dir(root)
+        fsync_dir(root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _write_atomic(root / "latest", (final.name + "\n").encode())
+    write_bytes_atomic(root / "latest", (final.name + "\n").encode())
     return final
 
 

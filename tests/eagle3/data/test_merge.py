@@ -6,7 +6,7 @@ import json
 import random
 from pathlib import Path
 
-from conftest import random_records, write_records
+from eagle3_data_helpers import random_records, write_records
 
 from remote_agent.eagle3.data.manifest import self_sha256, shuffle_key
 from remote_agent.eagle3.data.records import DatasetIndex, iter_records

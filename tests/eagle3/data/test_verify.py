@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import random_records, write_records
+from eagle3_data_helpers import random_records, write_records
 
 from remote_agent.eagle3.data.chunks import ChunkScanner
 from remote_agent.eagle3.data.manifest import self_sha256
@@ -26,7 +26,7 @@ def pristine(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("merged")
     a = write_records(d / "src0.jsonl", random_records(30, 10, "a", max_len=150))
     b = write_records(d / "src1.jsonl", random_records(30, 11, "b", max_len=150))
-    from conftest import run_cli
+    from eagle3_data_helpers import run_cli
 
     run = run_cli(
         "merge", a, b, "--out", d / "m.jsonl", "--seed", "4", "--max-len", "120", "--workers", "1"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from conftest import write_records
+from eagle3_data_helpers import write_records
 
 from remote_agent.eagle3.data.vocab_mapping import load
 
