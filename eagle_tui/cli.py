@@ -140,7 +140,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     loaded = load_runbook(args.runbook, overrides, run_id=run_id, state_dir=state_dir)
     from eagle_tui.headless import HeadlessView
 
-    view = HeadlessView({s.id: s.title for s in loaded.runbook.steps}, show_logs=not args.quiet)
+    view = HeadlessView(
+        {s.id: s.title for s in loaded.runbook.steps},
+        show_logs=not args.quiet,
+        dry_run=args.dry_run,
+    )
     engine = Engine(
         loaded,
         state_dir,

@@ -79,8 +79,13 @@ def progress_text(rec: dict[str, Any]) -> str:
 
 class HeadlessView:
     def __init__(
-        self, step_titles: dict[str, str], console: Console | None = None, show_logs: bool = True
+        self,
+        step_titles: dict[str, str],
+        console: Console | None = None,
+        show_logs: bool = True,
+        dry_run: bool = False,
     ) -> None:
+        self.dry_run = dry_run  # list every guard with its observed value, under its step
         self.console = console or Console(highlight=False, soft_wrap=True)
         self.live_mode = self.console.is_terminal
         self.titles = step_titles
@@ -175,7 +180,7 @@ class HeadlessView:
             for line in self._dry_guards.pop(event.step_id, []):  # guards are evaluated first
                 self._print(line)
         elif isinstance(event, GuardsEvaluated):
-            dry = event.phase.startswith("dry-run")
+            dry = self.dry_run
             for r in event.results:
                 if dry:
                     mark = "[green]✓[/]" if r.get("ok") else "[red]✗[/]"

@@ -860,8 +860,8 @@ class Engine:
     async def dry_run(self) -> int:
         """Evaluate every guard now (read-only probes); change nothing. 0 all pass, 3 some blocked.
 
-        Every guard's observed value is reported (phases `dry-run skip_if` / `dry-run pre`). A
-        guard that depends on an earlier step (a file it creates) shows as blocked here.
+        Every guard's observed value is reported (GuardsEvaluated, then one DryRunStep per step).
+        A guard that depends on an earlier step (a file it creates) shows as blocked here.
         """
         assert self.state
         blocked = False
@@ -877,11 +877,11 @@ class Engine:
                 self.emit(DryRunStep(sid, host, what, step.destructive, "done"))
                 continue
             if step.skip_if:
-                res = await self.evaluate(step, step.skip_if, "dry-run skip_if")
+                res = await self.evaluate(step, step.skip_if, "skip_if")
                 if all(r["ok"] for r in res):
                     self.emit(DryRunStep(sid, host, what, step.destructive, "satisfied"))
                     continue
-            res = await self.evaluate(step, step.preconditions, "dry-run pre")
+            res = await self.evaluate(step, step.preconditions, "pre")
             ok = all(r["ok"] for r in res)
             blocked = blocked or not ok
             self.emit(
