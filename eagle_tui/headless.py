@@ -4,7 +4,6 @@ when stdout is not a terminal (CI logs) and as a live Rich display when it is.""
 from __future__ import annotations
 
 import json
-import sys
 import time
 from typing import Any
 
@@ -301,7 +300,3 @@ class HeadlessView:
             3: "blocked: a guard failed or a confirmation was needed",
         }.get(code, "")
         self.console.print(f"exit {code}: {meaning}")
-
-
-def stderr_console() -> Console:
-    return Console(file=sys.stderr, highlight=False)

@@ -22,7 +22,7 @@ from typing import Any
 
 from runbook import plan
 from runbook.agent_client import AgentError, ConnectionLost, HostSession
-from runbook.audit import AuditLog, redact, utc_now
+from runbook.audit import AuditLog, redact
 from runbook.events import (
     BLOCKED,
     CANCELLED,
@@ -132,7 +132,6 @@ class Engine:
         self._confirmed: set[str] = set()
         self._last_save = 0.0
         self._stats_tasks: list[asyncio.Task] = []
-        self._running: dict[str, asyncio.Task] = {}
         self.closed = False
 
     # ------------------------------------------------------------------ events & state
@@ -713,13 +712,7 @@ class Engine:
                 self._on_line(step.id, rec, line)
             self._save(force=False)
 
-        task = asyncio.current_task()
-        if task is not None:
-            self._running[step.id] = task
-        try:
-            end = await session.follow_job(rec.job_id or "", rec.log_remote_offset, on_data)
-        finally:
-            self._running.pop(step.id, None)
+        end = await session.follow_job(rec.job_id or "", rec.log_remote_offset, on_data)
         for line in follow.splitter.flush():
             self._on_line(step.id, rec, line)
         return end
@@ -922,7 +915,3 @@ class Engine:
                 await asyncio.sleep(1.0)
             except asyncio.CancelledError:
                 return
-
-
-def now_iso() -> str:
-    return utc_now()

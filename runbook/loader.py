@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from runbook.interpolate import InterpolationError, as_text, placeholders, resolve_vars, substitute
+from runbook.interpolate import InterpolationError, placeholders, resolve_vars, substitute
 from runbook.schema import CHECK_TYPES, Runbook, StepSucceeded
 from runbook.yaml_source import Pos, SourceDoc, YamlError, load_yaml
 
@@ -394,12 +394,6 @@ def load_runbook(
     return load_text(text, str(path), overrides, run_id, str(state_dir))
 
 
-def runbook_name(path: Path | str) -> str:
-    """The runbook's `name` without full validation (to find the run to resume)."""
-    loaded = load_runbook(path)
-    return loaded.runbook.name
-
-
 def read_secrets(rb: Runbook, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """Secret values from the local environment; a missing required one is an error."""
     environ = os.environ if environ is None else environ
@@ -412,7 +406,3 @@ def read_secrets(rb: Runbook, environ: Mapping[str, str] | None = None) -> dict[
     if missing:
         raise RunbookError(missing)
     return values
-
-
-def text_of(value: object) -> str:
-    return as_text(value)

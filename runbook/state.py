@@ -11,7 +11,6 @@ Secrets are never written here.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import secrets as _secrets
 import time
@@ -162,7 +161,3 @@ def choose_run_id(state_dir: Path, runbook_name: str, new_run: bool = False) -> 
     """Resume the latest unfinished run of this runbook, else start a new one."""
     prior = None if new_run else latest_run(state_dir, runbook_name)
     return prior.run_id if prior is not None and not prior.finished else new_run_id(runbook_name)
-
-
-def read_json(path: Path) -> Any:
-    return json.loads(Path(path).read_text())
