@@ -16,7 +16,6 @@ import argparse
 import hashlib
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -25,6 +24,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from machine_info import describe  # bench/ is sys.path[0] when run as a script
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "agent"))
@@ -54,29 +55,8 @@ KINDS = {"short": 80, "long": 4096}
 
 
 def machine() -> dict[str, Any]:
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = ""
-    try:
-        mem = Path("/proc/meminfo").read_text().splitlines()[0].split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return {
-        "hostname": platform.node(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu": cpu,
-        "cpus": os.cpu_count(),
-        "memory": mem,
-        # Other work on the box skews absolute figures; the ratios come from the same run.
-        "loadavg_at_start": os.getloadavg(),
-    }
+    # Other work on the box skews absolute figures; the ratios come from the same run.
+    return describe()
 
 
 def cpu_seconds(pid: int) -> float:

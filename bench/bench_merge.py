@@ -22,13 +22,14 @@ import argparse
 import hashlib
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+
+from machine_info import describe  # noqa: E402  (bench/ is sys.path[0] as a script)
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "bench-merge"
@@ -236,29 +237,7 @@ def result_line(stderr: str) -> dict:
 
 
 def machine() -> dict[str, object]:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem_kb = 0
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal"):
-                mem_kb = int(line.split()[1])
-    except OSError:
-        pass
-    return {
-        "cpu_count": os.cpu_count(),
-        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "cpu_model": model,
-        "ram_gb": round(mem_kb / 1024 / 1024, 1),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-    }
+    return describe()
 
 
 def main() -> int:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import statistics
 import subprocess
@@ -23,6 +22,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+from machine_info import describe  # noqa: E402  (bench/ is sys.path[0] as a script)
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -319,16 +320,7 @@ def main() -> int:
 
 
 def machine() -> dict:
-    info = {"python": platform.python_version(), "cpus": os.cpu_count(), "host": platform.node()}
-    try:
-        import torch
-
-        info["torch"] = torch.__version__
-        if torch.cuda.is_available():
-            info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    except ImportError:
-        pass
-    return info
+    return describe()
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ import asyncio
 import hashlib
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -34,6 +33,8 @@ import types
 import uuid
 from pathlib import Path
 from typing import Any
+
+from machine_info import describe  # bench/ is sys.path[0] when run as a script
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -75,26 +76,10 @@ else:
 
 
 def machine() -> dict[str, Any]:
-    cpu = ""
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-    ssh_v = subprocess.run(["ssh", "-V"], capture_output=True, text=True).stderr.strip()
     import asyncssh
 
-    return {
-        "hostname": platform.node(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "asyncssh": asyncssh.__version__,
-        "openssh": ssh_v,
-        "cpu": cpu,
-        "cpus": os.cpu_count(),
-        "memory": Path("/proc/meminfo").read_text().splitlines()[0].split(":", 1)[1].strip(),
-        # Other work on the machine skews absolute figures; ratios come from the same run.
-        "loadavg_at_start": os.getloadavg(),
-    }
+    ssh_v = subprocess.run(["ssh", "-V"], capture_output=True, text=True).stderr.strip()
+    return describe(asyncssh=asyncssh.__version__, openssh=ssh_v)
 
 
 def cpu_seconds(pid: int) -> float:

@@ -19,7 +19,6 @@ import asyncio
 import gc
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -31,6 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
 
+from machine_info import describe  # noqa: E402  (bench/ is sys.path[0] as a script)
 from textual import events  # noqa: E402
 
 from eagle_tui.app.app import CockpitApp  # noqa: E402
@@ -53,31 +53,9 @@ LINE = "2026-11-30T12:00:00Z rank0 step {:09d} loss=0.4213 acc0=0.812 acc1=0.655
 
 
 def machine() -> dict[str, Any]:
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = ""
-    try:
-        mem = Path("/proc/meminfo").read_text().splitlines()[0].split(":", 1)[1].strip()
-    except OSError:
-        pass
     import textual
 
-    return {
-        "hostname": platform.node(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "textual": textual.__version__,
-        "cpu": cpu,
-        "cpus": os.cpu_count(),
-        "memory": mem,
-        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],  # 1/5/15 min; 2 cores here
-    }
+    return describe(textual=textual.__version__)
 
 
 def rss_kib(field: str = "VmRSS") -> int:

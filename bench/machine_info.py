@@ -1,0 +1,43 @@
+"""The machine a benchmark ran on, recorded next to its figures (stdlib only: the GPU box runs
+these scripts without the project's dependencies)."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+
+def _first(path: str, prefix: str) -> str:
+    try:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(prefix):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def describe(**extra: Any) -> dict[str, Any]:
+    """CPU model and count, RAM, load at the start, Python and OS, plus what the caller adds."""
+    info: dict[str, Any] = {
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu": _first("/proc/cpuinfo", "model name"),
+        "cpus": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "memory": _first("/proc/meminfo", "MemTotal"),
+        "loadavg_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
+    }
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        if torch.cuda.is_available():
+            info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except ImportError:
+        pass
+    info.update(extra)
+    return info
