@@ -69,6 +69,16 @@ def barrier(d: Dist) -> None:
         dist.barrier()
 
 
+def teardown(d: Dist) -> None:
+    """Every rank reaches teardown before any destroys (gloo aborts when a peer leaves
+    mid-exchange); an exit without destroying leaks NCCL communicators."""
+    if d.world > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def cpu_threads() -> None:
     """CPU runs are tiny models (tests, demo): one thread per process unless OMP_NUM_THREADS is
     set; oversubscribed threads on a shared 2-core box are slower by an order of magnitude."""
@@ -407,7 +417,7 @@ def train(cfg: Config) -> dict[str, Any]:
         if not final_dir.exists():
             position = {"epoch": epoch + 1, "step": 0}
             _save(model, drafter, opt, sched, d, ckpt_dir, global_step, position, cfg, tc)
-    barrier(d)
+    teardown(d)
     result = {
         "steps": global_step,
         "stopped_early": stopped,

@@ -71,4 +71,8 @@ class Dist:
             import torch
 
             if torch.distributed.is_initialized():
+                # every rank must reach teardown before any destroys: gloo aborts
+                # ("terminate called without an active exception") when a peer's
+                # connection closes under an in-flight pair
+                torch.distributed.barrier()
                 torch.distributed.destroy_process_group()
