@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -25,6 +26,9 @@ def serve(spool_dir: str | None) -> int:
         format="remote_agent[%(process)d] %(levelname)s %(name)s: %(message)s",
     )
     spool = Spool(Path(spool_dir) if spool_dir else default_root()).ensure()
+    # The agent lives as long as its connection: a hangup ends it (its detached jobs run on).
+    # An ignore inherited from the launcher (nohup, a daemon) would keep it waiting for EOF.
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
     # The protocol gets private copies of stdin/stdout; fds 0 and 1 become /dev/null and
     # stderr, so a stray print or an inherited fd can never corrupt the protocol stream.
     in_fd, out_fd = os.dup(0), os.dup(1)

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from runbook.audit import Head, read_records, verify
 from tests.procutil import run_tree
 
@@ -35,6 +37,7 @@ def test_demo_refuses_the_destructive_step_without_confirmation(tmp_path):
     assert state["status"] == "blocked" and state["reason"] == "requires_unmet"
 
 
+@pytest.mark.timeout(900)  # about 2 min on 2 idle cores; a loaded CI box gets headroom
 def test_demo_runs_to_exit_0_and_its_audit_verifies(tmp_path):
     out = cli(tmp_path, "run", str(DEMO), "--auto", "--yes", "--quiet", timeout=900)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
