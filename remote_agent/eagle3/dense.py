@@ -40,7 +40,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 FORMAT = "eagle3-dense"
 FORMAT_VERSION = 1
@@ -215,6 +215,52 @@ def dequantize_fp8(q, scale, dtype=None):
     return out.reshape(n, -1).to(dtype or torch.bfloat16)
 
 
+_SAFETENSORS_DTYPES = {
+    "torch.bfloat16": "BF16",
+    "torch.float32": "F32",
+    "torch.int32": "I32",
+    "torch.float8_e4m3fn": "F8_E4M3",
+}
+
+
+def write_safetensors(f: BinaryIO, tensors: dict[str, list], metadata: dict[str, str]) -> int:
+    """Stream a safetensors file whose tensors are given as lists of row blocks (concatenated
+    along dim 0 on disk). Writing the blocks in place skips the concatenated copy and the
+    serialisation buffer of `safetensors.torch.save_file`: one pass over memory, so the writer
+    keeps up with the disk. Layout as safetensors writes it: u64-LE header length, JSON header
+    padded with spaces to 8 bytes, then the data, widest dtype first so every tensor is aligned
+    when the file is mmapped. Returns the bytes written."""
+    import torch
+
+    def itemsize(blocks: list) -> int:
+        return blocks[0].element_size()
+
+    header: dict[str, Any] = {"__metadata__": metadata}
+    order = sorted(tensors, key=lambda name: (-itemsize(tensors[name]), name))
+    offset = 0
+    for name in order:
+        blocks = tensors[name]
+        first = blocks[0]
+        if any(b.dtype != first.dtype or b.shape[1:] != first.shape[1:] for b in blocks):
+            raise ValueError(f"{name}: blocks differ in dtype or trailing shape")
+        size = sum(b.numel() for b in blocks) * first.element_size()
+        header[name] = {
+            "dtype": _SAFETENSORS_DTYPES[str(first.dtype)],
+            "shape": [sum(int(b.shape[0]) for b in blocks), *map(int, first.shape[1:])],
+            "data_offsets": [offset, offset + size],
+        }
+        offset += size
+    raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+    raw += b" " * (-len(raw) % 8)
+    f.write(len(raw).to_bytes(8, "little"))
+    f.write(raw)
+    for name in order:
+        for block in tensors[name]:
+            if block.numel():
+                f.write(memoryview(block.contiguous().view(torch.uint8).numpy()))
+    return 8 + len(raw) + offset
+
+
 class ShardWriter:
     """Accumulates samples and writes shards of about `shard_bytes` each.
 
@@ -347,14 +393,14 @@ class ShardWriter:
         return self._write(path, parts, index)
 
     def _assemble(self, parts: tuple[list, list, list, list], index: list[list]):
-        import torch
-
+        """The shard's tensors as lists of row blocks (written back to back, never concatenated
+        in memory) and its metadata."""
         ids, aux, final, scale = parts
-        tensors = {"input_ids": torch.cat(ids), "final": torch.cat(final)}
+        tensors = {"input_ids": ids, "final": final}
         if self.meta.aux_dtype == "fp8_e4m3":
-            tensors["aux_fp8"], tensors["aux_scale"] = torch.cat(aux), torch.cat(scale)
+            tensors["aux_fp8"], tensors["aux_scale"] = aux, scale
         else:
-            tensors["aux"] = torch.cat(aux)
+            tensors["aux"] = aux
         metadata = {
             "format": FORMAT,
             "format_version": str(FORMAT_VERSION),
@@ -377,17 +423,16 @@ class ShardWriter:
             )
 
     def _write(self, path: Path, parts: tuple[list, ...], index: list[list]) -> Path:
-        from safetensors.torch import save_file
-
         ids = [entry[0] for entry in index]
         start = time.monotonic()
         tensors, metadata = self._assemble(parts, index)
-        nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
+        nbytes = sum(t.numel() * t.element_size() for blocks in tensors.values() for t in blocks)
         self._check_space(nbytes, ids)
         tmp = _tmp_name(path)
         try:
-            save_file(tensors, str(tmp), metadata=metadata)
-            with open(tmp, "rb") as f:
+            with open(tmp, "wb") as f:
+                write_safetensors(f, tensors, metadata)
+                f.flush()
                 os.fsync(f.fileno())
             for _ in range(1000):
                 try:
@@ -407,10 +452,6 @@ class ShardWriter:
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise DumpWriteError(exc.errno, f"writing {path}: {exc.strerror or exc}", ids) from exc
-        except Exception as exc:  # safetensors reports I/O errors (ENOSPC too) as its own type
-            tmp.unlink(missing_ok=True)
-            code = errno.ENOSPC if "No space left" in str(exc) else errno.EIO
-            raise DumpWriteError(code, f"writing {path}: {exc}", ids) from exc
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise

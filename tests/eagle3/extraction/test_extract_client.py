@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -278,14 +279,17 @@ def test_chunked_prefill_slipping_through_is_caught(
         assert extract(fake.url, data, out) == 1
     err = capsys.readouterr().err
     assert "extraction stopped" in err
-    assert "partial request: prefix_len 16" in err or "differ from the dataset" in err
+    # the 40-token sample arrives as chunks at prefixes 0, 16, 32; the marker names a later one
+    assert (
+        re.search(r"partial request: prefix_len (16|32)\b", err) or "differ from the dataset" in err
+    )
     env(tmp_path / "e")
     long_first = write_dataset(tmp_path / "e.jsonl", [40, 8])  # now the canary itself is chunked
     with FakeSGLang(hookmod, tiny_target, chunk=16) as fake:
         assert extract(fake.url, long_first, tmp_path / "e") == 1
-    err = capsys.readouterr().err  # whichever the client sees first: the marker or the dump
+    err = capsys.readouterr().err  # whichever the client sees first: a marker or the dump
     assert (
-        "the canary failed in the hook: partial request: prefix_len 16" in err
+        re.search(r"the canary failed in the hook: partial request: prefix_len (16|32)\b", err)
         or "the canary dump holds 16 of the 40 tokens sent" in err
     )
 
