@@ -132,9 +132,10 @@ def vocab_mapping(vocab: int, draft_vocab: int):
 def build(args, device):
     import torch
 
+    from remote_agent.eagle3.distributed import Dist
     from remote_agent.eagle3.drafter.config import DrafterSection, TrainSection
     from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
-    from remote_agent.eagle3.drafter.train import Dist, StepContext, TTTStep
+    from remote_agent.eagle3.drafter.train import StepContext, TTTStep
     from remote_agent.eagle3.drafter.ttt_attention import pick_backend
 
     dims = dict(TINY if device == "cpu" else KIMI)

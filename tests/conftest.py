@@ -33,8 +33,17 @@ def sglang_wheel() -> Path:
     if not found:
         dest.mkdir(parents=True, exist_ok=True)
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(dest),
-             f"sglang=={SGLANG_VERSION}"],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "-d",
+                str(dest),
+                f"sglang=={SGLANG_VERSION}",
+            ],
             check=True,
         )
         found = sorted(dest.glob(f"sglang-{SGLANG_VERSION}-*.whl"))

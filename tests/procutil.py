@@ -11,8 +11,14 @@ from typing import Any
 
 def run_tree(cmd: list[str], timeout: float, **kwargs: Any) -> subprocess.CompletedProcess:
     """subprocess.run in its own session; on timeout or any error the whole group is killed."""
-    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, **kwargs)
+    proc = subprocess.Popen(
+        cmd,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except BaseException:

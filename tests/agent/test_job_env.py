@@ -9,9 +9,17 @@ from .agent_proc import AgentProc
 
 
 def test_jobs_see_the_agents_python_and_package(agent: AgentProc, tmp_path):
-    agent.call("job.start", job_id="env1", argv=[
-        "python", "-c", "import sys, remote_agent.eagle3.progress as p; print(sys.executable); print(p.PREFIX)"],
-        cwd=str(tmp_path), detach=False)
+    agent.call(
+        "job.start",
+        job_id="env1",
+        argv=[
+            "python",
+            "-c",
+            "import sys, remote_agent.eagle3.progress as p; print(sys.executable); print(p.PREFIX)",
+        ],
+        cwd=str(tmp_path),
+        detach=False,
+    )
     data, end = agent.watch_bytes("env1")
     exe, prefix = data.decode().splitlines()
     assert os.path.dirname(exe) == os.path.dirname(sys.executable)

@@ -30,5 +30,7 @@ def test_tmux_scenario_over_ssh(ssh_cli, box, tmp_path, capsys):
     from runbook.audit import read_records
 
     (audit,) = (tmp_path / "state" / "runs").glob("*/audit.jsonl")
-    steps = [r for r in read_records(audit) if r["event"] == "step.state" and r["status"] == "running"]
+    steps = [
+        r for r in read_records(audit) if r["event"] == "step.state" and r["status"] == "running"
+    ]
     assert steps and all(r["where"]["transport"] == "ssh" and r["where"]["host_key"] for r in steps)

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from remote_agent.eagle3.distributed import Dist
 from remote_agent.eagle3.drafter import checkpoint as ckpt
 from remote_agent.eagle3.drafter.config import Config
 from remote_agent.eagle3.drafter.data import Loader, Plan, load_vocab, step_targets
@@ -29,54 +30,6 @@ from remote_agent.eagle3.drafter.simulate import chain_acceptance, chain_depth
 from remote_agent.eagle3.drafter.ttt_attention import TTTAttention, pick_backend
 from remote_agent.eagle3.errors import BadInput
 from remote_agent.eagle3.progress import emit
-
-
-@dataclass
-class Dist:
-    rank: int = 0
-    world: int = 1
-    local_rank: int = 0
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
-def setup_distributed(device_kind: str) -> Dist:
-    """torchrun sets WORLD_SIZE/RANK/LOCAL_RANK; a plain run is one rank."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world == 1:
-        return Dist()
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        dist.init_process_group("nccl" if device_kind == "cuda" else "gloo")
-    return Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
-
-
-def all_reduce_sum(t: torch.Tensor, d: Dist) -> torch.Tensor:
-    if d.world > 1:
-        import torch.distributed as dist
-
-        dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    return t
-
-
-def barrier(d: Dist) -> None:
-    if d.world > 1:
-        import torch.distributed as dist
-
-        dist.barrier()
-
-
-def teardown(d: Dist) -> None:
-    """Every rank reaches teardown before any destroys (gloo aborts when a peer leaves
-    mid-exchange); an exit without destroying leaks NCCL communicators."""
-    if d.world > 1:
-        import torch.distributed as dist
-
-        dist.barrier()
-        dist.destroy_process_group()
 
 
 def cpu_threads() -> None:
@@ -190,7 +143,7 @@ def forward_backward(c: StepContext, b, step: int) -> StepOut:
         w = st.weight[k][0].clone()
         w[: n - 1 - k] &= tch.in_draft[1 + k :]
         weights.append(w[: n - 1 - k].float())
-    counts = all_reduce_sum(torch.stack([w.sum() for w in weights]), c.dist)
+    counts = c.dist.all_reduce_sum(torch.stack([w.sum() for w in weights]))
     aux = b.aux if c.bf16 else b.aux.float()
     if tc.noise_std > 0:  # relative to each token's RMS; seeded by (seed, step, rank)
         g = torch.Generator(device=aux.device).manual_seed(
@@ -215,12 +168,11 @@ def train(cfg: Config) -> dict[str, Any]:
     want = tc.device if tc.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     if want == "cuda" and not torch.cuda.is_available():
         raise BadInput("train.device is cuda but no CUDA device is visible")
-    d = setup_distributed(want)
-    device = torch.device(f"cuda:{d.local_rank}" if want == "cuda" else "cpu")
+    d = Dist.from_env(want)  # under torchrun: cuda:LOCAL_RANK (made current) and the group
+    device = d.device
     if device.type == "cpu":
         cpu_threads()
     if device.type == "cuda":
-        torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     bf16 = tc.precision == "bf16" or (tc.precision == "auto" and device.type == "cuda")
@@ -417,7 +369,7 @@ def train(cfg: Config) -> dict[str, Any]:
         if not final_dir.exists():
             position = {"epoch": epoch + 1, "step": 0}
             _save(model, drafter, opt, sched, d, ckpt_dir, global_step, position, cfg, tc)
-    teardown(d)
+    d.close()
     result = {
         "steps": global_step,
         "stopped_early": stopped,
@@ -532,7 +484,7 @@ def _save(
         meta = {"step": step, "position": position, "model_config": drafter.config}
         ckpt.save(root, step, state, meta)
         ckpt.prune(root, tc.keep_last, tc.keep_every)
-    barrier(d)
+    d.barrier()
 
 
 class _Window:
@@ -586,7 +538,7 @@ class _Window:
         red = torch.cat(
             [sums.flatten(), torch.tensor([self.sim_sum, self.sim_n, self.tokens, wait, elapsed])]
         ).double()
-        red = all_reduce_sum(red.to(self._dev[0].device), d).cpu()
+        red = d.all_reduce_sum(red.to(self._dev[0].device)).cpu()
         k = self.steps
         loss_sum, correct = red[:k], red[k : 2 * k]
         sim_sum, sim_n, tokens, wait_all, elapsed_all = red[2 * k :].tolist()

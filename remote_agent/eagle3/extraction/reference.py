@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from remote_agent.eagle3.dense import DumpFormatError, DumpMeta, DumpWriteError, ShardWriter
+from remote_agent.eagle3.distributed import Dist
 from remote_agent.eagle3.errors import BadInput, Eagle3Error, Failed
 from remote_agent.eagle3.extraction.capture import (
     AuxCapture,
@@ -31,7 +32,6 @@ from remote_agent.eagle3.extraction.capture import (
 )
 from remote_agent.eagle3.extraction.common import disk_preflight, existing_samples
 from remote_agent.eagle3.extraction.dataset import Dataset, open_dataset
-from remote_agent.eagle3.extraction.distributed import Dist
 from remote_agent.eagle3.progress import Progress, emit
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -212,7 +212,7 @@ def _advance(progress: Progress, n: int, rank: int, tokens: int, start: float, w
 def run_reference(opts: ReferenceOptions) -> dict[str, Any]:
     import torch
 
-    dist = Dist(opts.device)
+    dist = Dist.from_env(opts.device)
     try:
         return _run(dist, opts, torch)
     finally:

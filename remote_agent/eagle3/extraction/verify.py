@@ -12,6 +12,8 @@ from remote_agent.eagle3.extraction.dataset import Dataset
 from remote_agent.eagle3.progress import Progress
 
 CHUNK_ROWS = 4096
+# the Report's lists of problems, each a reason the dump is not fit to train on
+PROBLEMS = ("missing", "extra", "duplicates", "mismatched", "bad_shape", "nonfinite", "markers")
 
 
 @dataclass
@@ -31,17 +33,7 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return not any(
-            (
-                self.missing,
-                self.extra,
-                self.duplicates,
-                self.mismatched,
-                self.bad_shape,
-                self.nonfinite,
-                self.markers,
-            )
-        )
+        return not any(getattr(self, key) for key in PROBLEMS)
 
     def to_json(self, limit: int = 20) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -54,15 +46,7 @@ class Report:
             "meta_bytes_per_token": self.meta.get("bytes_per_token"),
             "per_sample_format_bytes_per_token": self.meta.get("per_sample_bytes_per_token"),
         }
-        for key in (
-            "missing",
-            "extra",
-            "duplicates",
-            "mismatched",
-            "bad_shape",
-            "nonfinite",
-            "markers",
-        ):
+        for key in PROBLEMS:
             values = getattr(self, key)
             out[key] = len(values)
             if values:

@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from remote_agent.eagle3.dense import DumpFormatError
     from remote_agent.eagle3.extraction.dataset import open_dataset
-    from remote_agent.eagle3.extraction.verify import verify_dump
+    from remote_agent.eagle3.extraction.verify import PROBLEMS, verify_dump
     from remote_agent.eagle3.progress import emit
 
     if not (args.dump / "meta.json").is_file():
@@ -47,15 +47,7 @@ def run(args: argparse.Namespace) -> int:
             f"{summary['bytes_per_token']} B/token on disk (format {summary['meta_bytes_per_token']}"
             f", per-sample formats {summary['per_sample_format_bytes_per_token']})"
         )
-        for key in (
-            "missing",
-            "extra",
-            "duplicates",
-            "mismatched",
-            "bad_shape",
-            "nonfinite",
-            "markers",
-        ):
+        for key in PROBLEMS:
             if summary[key]:
                 print(f"  {key}: {summary[key]} e.g. {summary[key + '_examples'][:5]}")
     emit("result", **summary)
