@@ -3,7 +3,9 @@ the same batches, and the per-sample file format SpecForge-style pipelines write
 
 A random-weight DeepseekV3 (preset `gpu`: hidden 1024, 8 layers, MLA + 16 experts; `wide`:
 hidden 7168 like Kimi-K2.5, so bytes/token are Kimi's, with 8 thin layers, i.e. the write path's
-worst case) runs right-padded token-budget batches of random ids. Phases, each on the same
+worst case; `deep`: `gpu` with 48 layers, so the forward needs fewer bytes per second than a
+single NVMe disk writes, as a real target's does: the overhead it shows is the extractor's own,
+not the disk's) runs right-padded token-budget batches of random ids. Phases, each on the same
 batches after a warm-up:
 
 - forward: the base model (no lm_head), nothing captured: the floor;
@@ -18,7 +20,7 @@ Reports tokens/s, the capture + write overhead over forward (goal < 10 %), write
 GB/s, bytes/token (dense bf16, dense fp8 aux, per-sample files, and the 4 x hidden x 2 figure).
 Needs only torch, transformers, safetensors, numpy; about 1-2 minutes on an H200.
 
-Usage: python3 bench/bench_extract.py [--quick] [--preset gpu|wide|ci] [--device cuda|cpu]
+Usage: python3 bench/bench_extract.py [--quick] [--preset gpu|wide|deep|ci] [--device cuda|cpu]
 Writes bench/results/extract.json (or --out) and prints the figures.
 """
 
@@ -55,6 +57,7 @@ PRESETS = {
     "ci": tiny.PRESETS["ci"],
     "gpu": tiny.PRESETS["gpu"],
     "wide": tiny.TinyPreset(7168, 8, 16, 512, 256, 64, 32, 64, 4096, 512, 8, 2, 16384, 8192),
+    "deep": tiny.TinyPreset(1024, 48, 16, 256, 128, 64, 32, 64, 2816, 512, 16, 4, 16384, 4096),
 }
 
 

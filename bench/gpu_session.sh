@@ -2,7 +2,7 @@
 # One device-machine session: run the named parts with time caps, keep going past failures, and
 # pack logs + bench/results into $OUT/results.tgz (the device tool brings back few files).
 #   bench/gpu_session.sh setup kernels e2e ...
-# Parts: setup kernels extract-test extract-bench shard-writer train-bench scale e2e specforge drafter-ddp
+# Parts: setup kernels extract-test extract-bench extract-bench-deep shard-writer train-bench scale e2e specforge drafter-ddp
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
@@ -35,6 +35,8 @@ for p in "$@"; do
       part extract-test-bf16 150 python3 tests/gpu/test_extraction_gpu.py --quick --dtype bf16 --report bench/results/extract-gpu-check-bf16.json ;;
     shard-writer)
       part shard-writer 120 python3 bench/bench_shard_writer.py --gb 8 --out bench/results/shard_writer-gpu-box.json ;;
+    extract-bench-deep)
+      part extract-bench-deep 150 python3 bench/bench_extract.py --preset deep --out bench/results/extract-deep.json ;;
     extract-bench-wide)
       part extract-bench-wide 150 python3 bench/bench_extract.py --quick --preset wide --out bench/results/extract-wide.json ;;
     train-bench)
