@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import shutil
 import sys
@@ -40,6 +39,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))  # also when loaded as a module (the CPU test does)
+
+from machine_info import describe, disk_write_gbps  # noqa: E402
 
 from remote_agent.eagle3 import tiny  # noqa: E402
 from remote_agent.eagle3.dense import DumpMeta, DumpReader, ShardWriter  # noqa: E402
@@ -62,21 +64,9 @@ PRESETS = {
 
 
 def machine(device) -> dict:
-    import torch
     import transformers
 
-    out = {
-        "host": platform.node(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "cpus": os.cpu_count(),
-        "device": str(device),
-    }
-    if device.type == "cuda":
-        out["gpu"] = torch.cuda.get_device_name(device)
-        out["gpu_count"] = torch.cuda.device_count()
-    return out
+    return describe(device=str(device), transformers=transformers.__version__)
 
 
 def sync(device) -> None:
@@ -165,20 +155,6 @@ def run_peer(decoder, layers, layer_ids, batches, out: Path, device) -> tuple[fl
     return seconds, sum(p.stat().st_size for p in out.iterdir())
 
 
-def disk_gbps(root: Path, nbytes: int) -> float:
-    path = root / "raw.bin"
-    block = os.urandom(1 << 20)
-    start = time.perf_counter()
-    with open(path, "wb") as f:
-        for _ in range(nbytes >> 20):
-            f.write(block)
-        f.flush()
-        os.fsync(f.fileno())
-    seconds = time.perf_counter() - start
-    path.unlink()
-    return nbytes / seconds / 1e9
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples, one repetition")
@@ -263,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(out)
         peer_s, peer_bytes = run_peer(decoder, layers, layer_ids, batches, work / "peer", device)
         shutil.rmtree(work / "peer")
-        raw = disk_gbps(work, min(1 << 30, max(ext["bf16"][0][1], 64 << 20)))
+        raw = disk_write_gbps(work, min(1 << 30, max(ext["bf16"][0][1], 64 << 20)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     f = min(fwd)

@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from machine_info import describe  # noqa: E402  (bench/ is sys.path[0] as a script)
+from machine_info import describe, disk_write_gbps  # noqa: E402  (bench/ is sys.path[0] as a script)
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -147,6 +147,12 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=4000)
     ap.add_argument("--train-steps", type=int, default=60)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument(
+        "--shard-mb",
+        type=float,
+        help="extraction shard size (default: each rank's share of the dump / 16, at most 2048): "
+        "a real dump is thousands of shards, so only the last shard's write trails the forwards",
+    )
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "scale.json")
     args = ap.parse_args()
     ranks = [int(x) for x in args.ranks.split(",")]
@@ -191,8 +197,12 @@ def main() -> int:
         capture_output=True,
     )
     budget = "4096" if cpu else "65536"
+    hidden = json.loads((Path(target) / "config.json").read_text())["hidden_size"]
+    dump_bytes = tokens * (4 * hidden * 2 + 4)  # 3 aux + final bf16, int32 id
     result: dict = {
-        "machine": machine(),
+        # extraction writes every rank's shards to this one disk: when the write rate nears it,
+        # extraction is disk-bound and more ranks cannot help
+        "machine": describe(disk_write_gb_per_s=round(disk_write_gbps(args.work), 3)),
         "target": str(target),
         "samples": args.samples,
         "tokens": tokens,
@@ -202,6 +212,7 @@ def main() -> int:
     }
     dump_for_training = None
     for n in ranks:
+        shard_mb = args.shard_mb or min(2048.0, max(8.0, dump_bytes / n / 16 / (1 << 20)))
         out_dir = args.work / f"dump-{n}"
         subprocess.run(["rm", "-rf", str(out_dir)], check=True)
         with GpuMemory() as mem:
@@ -225,6 +236,8 @@ def main() -> int:
                     "0.1",
                     "--min-free-gb",
                     "0.1",
+                    "--shard-mb",
+                    str(round(shard_mb, 1)),
                 ],
                 env,
                 timeout=900,
@@ -245,6 +258,7 @@ def main() -> int:
             if summary.get("seconds")
             else None,
             "peak_mem_mib": mem.peak,
+            "shard_mb": round(shard_mb, 1),
         }
         dump_for_training = dump_for_training or out_dir
         print(json.dumps({"extract": n, **result["extract"][n]}), flush=True)
@@ -317,10 +331,6 @@ def main() -> int:
             )
     print(f"wrote {args.out}")
     return 0
-
-
-def machine() -> dict:
-    return describe()
 
 
 if __name__ == "__main__":

@@ -41,3 +41,22 @@ def describe(**extra: Any) -> dict[str, Any]:
         pass
     info.update(extra)
     return info
+
+
+def disk_write_gbps(root: Path, nbytes: int = 1 << 30) -> float:
+    """Sequential write + fsync of `nbytes` into `root`, GB/s: the disk a dump lands on."""
+    import time
+
+    path = Path(root) / "disk-write-probe.bin"
+    block = os.urandom(1 << 20)
+    start = time.perf_counter()
+    try:
+        with open(path, "wb") as f:
+            for _ in range(max(1, nbytes >> 20)):
+                f.write(block)
+            f.flush()
+            os.fsync(f.fileno())
+        seconds = time.perf_counter() - start
+    finally:
+        path.unlink(missing_ok=True)
+    return max(1, nbytes >> 20) * (1 << 20) / seconds / 1e9
