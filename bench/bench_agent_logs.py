@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -25,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from machine_info import describe  # bench/ is sys.path[0] when run as a script
+from machine_info import describe, save_result  # bench/ is sys.path[0] when run as a script
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "agent"))
@@ -52,11 +51,6 @@ out.write(b"".join(buf))
 """
 
 KINDS = {"short": 80, "long": 4096}
-
-
-def machine() -> dict[str, Any]:
-    # Other work on the box skews absolute figures; the ratios come from the same run.
-    return describe()
 
 
 def cpu_seconds(pid: int) -> float:
@@ -253,13 +247,12 @@ def main() -> int:
         "benchmark": "agent_logs",
         "description": "job.watch through the agent over pipes (local transport) vs cat | pipe, "
         "same file, same consumer work (line count + sha256)",
-        "machine": machine(),
+        "machine": describe(),  # a shared box skews absolute figures; ratios are same-run
         "params": {"mb": args.mb, "chunk_bytes": 65536, "repeats": args.repeats},
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "results": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    save_result(args.out, doc)
     for kind, r in results.items():
         a, c, live = r["agent_watch"], r["cat_pipe"], r["agent_watch_live"]
         print(f"{kind:5} lines ({r['line_bytes']} B), {r['log_bytes'] / 1e6:.0f} MB:")

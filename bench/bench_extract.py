@@ -27,7 +27,6 @@ Writes bench/results/extract.json (or --out) and prints the figures.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import shutil
@@ -41,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))  # also when loaded as a module (the CPU test does)
 
-from machine_info import describe, disk_write_gbps  # noqa: E402
+from machine_info import describe, disk_write_gbps, save_result  # noqa: E402
 
 from remote_agent.eagle3 import tiny  # noqa: E402
 from remote_agent.eagle3.dense import DumpMeta, DumpReader, ShardWriter  # noqa: E402
@@ -296,8 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         "overhead_below": 0.10,
         "met": result["extract_bf16"]["overhead_vs_forward"] < 0.10,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    save_result(args.out, result)
     _print(result)
     return 0
 

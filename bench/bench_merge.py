@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from machine_info import describe  # noqa: E402  (bench/ is sys.path[0] as a script)
+from machine_info import describe, save_result  # noqa: E402  (bench/ is sys.path[0] as a script)
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "bench-merge"
@@ -236,10 +236,6 @@ def result_line(stderr: str) -> dict:
     return json.loads(lines[-1][len("@@eagle3 ") :])
 
 
-def machine() -> dict[str, object]:
-    return describe()
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=37_312)
@@ -376,7 +372,7 @@ def main() -> int:
             }
         result = {
             "benchmark": "merge+verify",
-            "machine": machine(),
+            "machine": describe(),
             "data": {
                 "sources": len(inputs),
                 "input_records": args.records,
@@ -406,8 +402,7 @@ def main() -> int:
         }
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+    save_result(RESULTS, result)
     d, o = result["data"], result["ours"]
     mb = d["input_mb"]
     print(

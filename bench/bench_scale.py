@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from machine_info import describe, disk_write_gbps  # noqa: E402  (bench/ is sys.path[0] as a script)
+from machine_info import describe, disk_write_gbps, save_result  # noqa: E402  (bench/ is sys.path[0] as a script)
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -172,7 +172,8 @@ def main() -> int:
     from remote_agent.eagle3.tiny import ensure_tiny
 
     target = args.target or ensure_tiny("ci" if cpu else "gpu")
-    vocab = json.loads((Path(target) / "config.json").read_text())["vocab_size"]
+    cfg = json.loads((Path(target) / "config.json").read_text())
+    vocab = cfg["vocab_size"]
     args.work.mkdir(parents=True, exist_ok=True)
     raw = args.work / "synthetic.jsonl"
     merged = args.work / "merged.jsonl"
@@ -197,8 +198,12 @@ def main() -> int:
         capture_output=True,
     )
     budget = "4096" if cpu else "65536"
-    hidden = json.loads((Path(target) / "config.json").read_text())["hidden_size"]
-    dump_bytes = tokens * (4 * hidden * 2 + 4)  # 3 aux + final bf16, int32 id
+    from remote_agent.eagle3.dense import DumpMeta
+    from remote_agent.eagle3.extraction.capture import resolve_layer_ids
+
+    layers = cfg["num_hidden_layers"]
+    meta = DumpMeta("", cfg["hidden_size"], layers, resolve_layer_ids(layers))
+    dump_bytes = tokens * meta.bytes_per_token()
     result: dict = {
         # extraction writes every rank's shards to this one disk: when the write rate nears it,
         # extraction is disk-bound and more ranks cannot help
@@ -320,8 +325,7 @@ def main() -> int:
             if base and tps:
                 result[stage][n]["per_rank_avg_tokens_per_s"] = round(tps / n, 1)
                 result[stage][n]["efficiency"] = round(tps / (n / ranks[0] * base), 3)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    save_result(args.out, result)
     for stage in ("extract", "train"):
         for n in ranks:
             r = result[stage][n]

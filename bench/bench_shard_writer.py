@@ -18,7 +18,6 @@ Writes bench/results/shard_writer.json (or --out).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -29,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from machine_info import describe  # noqa: E402  (bench/ is sys.path[0] as a script)
+from machine_info import describe, save_result  # noqa: E402  (bench/ is sys.path[0] as a script)
 
 from remote_agent.eagle3.dense import DumpMeta, ShardWriter  # noqa: E402
 
@@ -69,7 +68,7 @@ def run_peer(root: Path, n: int, shard_bytes: int, bytes_per_token: int) -> tupl
         k = min(per_shard, n - first)
         path = root / f"{first:06d}.safetensors"
         tensors = {
-            "input_ids": torch.cat([ids.clone() for _ in range(k)]),
+            "input_ids": torch.cat([ids] * k),
             "aux": torch.cat([aux] * k),
             "final": torch.cat([final] * k),
         }
@@ -149,8 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         "dense_vs_peer": round(gbps["dense"] / gbps["peer"], 3),
         "dense_vs_raw_disk": round(gbps["dense"] / gbps["raw"], 3),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    save_result(args.out, result)
     print(
         f"dense writer {gbps['dense']} GB/s | peer cat+save_file {gbps['peer']} GB/s "
         f"({result['dense_vs_peer']:.2f}x) | raw write {gbps['raw']} GB/s "

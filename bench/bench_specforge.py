@@ -47,6 +47,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
+
+from machine_info import describe, save_result  # noqa: E402
+
 DEFAULT_WHEEL = REPO / ".whl" / "specforge-0.2.0-py3-none-any.whl"
 SF_MODULES = [
     "specforge.modeling.draft.llama3_eagle",
@@ -542,23 +545,6 @@ def run_worker(args, role: str, extra: list[str] | None = None) -> dict:
     return json.loads(out.read_text())
 
 
-def machine(device: str) -> dict:
-    import platform
-
-    import torch
-
-    info = {"python": platform.python_version(), "torch": torch.__version__, "device": device}
-    if device == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(0)
-    try:
-        import transformers
-
-        info["transformers"] = transformers.__version__
-    except ImportError:
-        pass
-    return info
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=("cuda", "cpu"))
@@ -594,7 +580,13 @@ def main(argv: list[str] | None = None) -> int:
     parts = args.part or ["throughput", "acceptance"]
     args.work = args.work or Path(tempfile.mkdtemp(prefix="bench-specforge-"))
     args.work.mkdir(parents=True, exist_ok=True)
-    report = {"bench": "specforge", "machine": machine(args.device), "tried": []}
+    import transformers
+
+    report = {
+        "bench": "specforge",
+        "machine": describe(device=args.device, transformers=transformers.__version__),
+        "tried": [],
+    }
     report["probe"] = run_worker(args, "probe")
     report["tried"].append(
         "wheel on sys.path (zipimport), import the EAGLE-3 modules only: " + ", ".join(SF_MODULES)
@@ -619,8 +611,7 @@ def main(argv: list[str] | None = None) -> int:
             report["acceptance"] = run_acceptance(args)
         except Exception as exc:
             report["acceptance"] = {"error": f"{type(exc).__name__}: {exc}"}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    save_result(args.out, report)
     print(json.dumps(report, indent=1, default=str)[:6000])
     tp = report.get("throughput", {})
     if "throughput_ratio" in tp:

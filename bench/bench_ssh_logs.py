@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -34,7 +33,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from machine_info import describe  # bench/ is sys.path[0] when run as a script
+from machine_info import describe, save_result  # bench/ is sys.path[0] when run as a script
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -312,8 +311,7 @@ def main() -> int:
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **out,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    save_result(args.out, doc)
     print(f"bootstrap (connect, probe, upload, start agent, hello): {out['bootstrap_s']:.2f}s")
     for kind, r in out["results"].items():
         p, b, rep, cat = r["paced"], r["burst"], r["replay"], r["ssh_cat"]

@@ -32,14 +32,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from machine_info import describe, save_result  # noqa: E402
+
 H200_PEAK = 790e12
 
 KIMI = dict(hidden=7168, heads=64, kv_heads=64, inter=18432, vocab=163840, draft_vocab=32000)
@@ -291,7 +293,7 @@ def run(args) -> dict:
     n_params = sum(p.numel() for p in params)
     result = {
         "bench": "train",
-        "machine": machine(device),
+        "machine": describe(device=device),
         "arch": config["architectures"][0],
         "shape": {
             "hidden": config["hidden_size"],
@@ -327,20 +329,6 @@ def run(args) -> dict:
     return result
 
 
-def machine(device) -> dict:
-    import torch
-
-    info = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cpu_count": os.cpu_count(),
-        "device": device,
-    }
-    if device == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(0)
-    return info
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=("cuda", "cpu"))
@@ -358,8 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "train.json")
     args = p.parse_args(argv)
     result = run(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    save_result(args.out, result)
     print(
         json.dumps({k: v for k, v in result.items() if k not in ("flops", "step_s_all")}, indent=1)
     )

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import os
 import statistics
 import sys
@@ -30,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
 
-from machine_info import describe  # noqa: E402  (bench/ is sys.path[0] as a script)
+from machine_info import describe, save_result  # noqa: E402  (bench/ is sys.path[0] as a script)
 from textual import events  # noqa: E402
 
 from eagle_tui.app.app import CockpitApp  # noqa: E402
@@ -419,7 +418,7 @@ def main() -> int:
     }
     out["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    save_result(Path(args.out), out)
     print(f"max sustained: {results['max_sustained_lines_per_s']:,} lines/s; wrote {args.out}")
     return 0
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from machine_info import describe, save_result  # noqa: E402
 
 from remote_agent.eagle3.progress import parse  # noqa: E402
 from runbook.audit import Head, read_records, verify  # noqa: E402
@@ -61,7 +63,7 @@ def main() -> int:
     report = {
         "run_id": run.run_id,
         "vars": run.vars,
-        "machine": {"python": platform.python_version()},
+        "machine": describe(),
         "audit_verifies": verify(audit, Head(run.audit_seq, run.audit_head)).ok,
         "stages": stages,
     }
@@ -69,16 +71,6 @@ def main() -> int:
         p = work / name
         if p.exists():
             report[name.split("/")[-1].removesuffix(".json")] = json.loads(p.read_text())
-    try:
-        import torch
-
-        report["machine"]["torch"] = torch.__version__
-        if torch.cuda.is_available():
-            report["machine"]["gpus"] = [
-                torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())
-            ]
-    except ImportError:
-        pass
     ev = report.get("eval", {})
     ex = stages.get("extract", {}).get("result", {})
     tr = stages.get("train", {}).get("last_metrics", {})
@@ -95,8 +87,7 @@ def main() -> int:
         ),
         "wall_s": {k: v.get("wall_s") for k, v in stages.items()},
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    save_result(args.out, report)
     print(json.dumps(report["headline"], indent=1))
     return 0
 

@@ -1,8 +1,9 @@
-"""The machine a benchmark ran on, recorded next to its figures (stdlib only: the GPU box runs
-these scripts without the project's dependencies)."""
+"""The machine a benchmark ran on, recorded next to its figures, and how a result is saved
+(stdlib only: the GPU box runs these scripts without the project's dependencies)."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 from pathlib import Path
@@ -60,3 +61,27 @@ def disk_write_gbps(root: Path, nbytes: int = 1 << 30) -> float:
     finally:
         path.unlink(missing_ok=True)
     return max(1, nbytes >> 20) * (1 << 20) / seconds / 1e9
+
+
+def _portable(value: Any) -> Any:
+    """Paths under the checkout become repo-relative and the home directory `~`, so a result
+    names no particular machine's layout."""
+    if isinstance(value, dict):
+        return {k: _portable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_portable(v) for v in value]
+    if isinstance(value, str):
+        repo = str(Path(__file__).resolve().parents[1])
+        if value == repo:
+            return "."
+        for root, label in ((repo + "/", ""), (str(Path.home()) + "/", "~/")):
+            if value.startswith(root):
+                return label + value[len(root) :]
+    return value
+
+
+def save_result(path: Path, result: dict[str, Any]) -> None:
+    """Every benchmark's JSON result, written the same way."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_portable(result), indent=1, default=str) + "\n")
