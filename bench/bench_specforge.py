@@ -25,10 +25,13 @@ counters do not mix):
                        into 4,096-token batches and skips idle rows (also run without, to
                        separate the two); SpecForge takes one conversation per step (batch 1).
                  tokens/s counts every token of the data, supervised or not.
-  acceptance   the same tiny target and data (its own greedy answers, dumped through
-               ShardWriter), both trainers for the same epochs (SpecForge: batch 1 per step as
-               in its recipes; ours: packed token budget), exported to the SGLang layout and
-               measured with the same torch reference decoder on held-out prompts.
+  acceptance   the same tiny target (trained `--target-steps` first, so that its answers
+               have structure to learn) and data (its own greedy answers, dumped through
+               ShardWriter), both trainers for the same epochs and about the same steps
+               (SpecForge: batch 1 as in its recipes; ours: a 256-token budget, about one
+               sample per step), exported to the SGLang layout and measured with the same
+               torch reference decoder on held-out prompts. With no acceptance at all the
+               length is new_tokens / (new_tokens - 1): the prefill makes the first token.
 
 CPU rehearsal (`--device cpu`): SpecForge's Triton loss cannot run on a CPU and flex attention
 has no CPU backward, so the rehearsal swaps in a torch formula for `LogSoftmaxLoss` and
@@ -450,7 +453,39 @@ def run_acceptance(args) -> dict:
 
     work = Path(args.work)
     device = args.device
-    target = Path(args.target) if args.target else ensure_tiny("gpu" if device == "cuda" else "ci")
+    if args.target:
+        target = Path(args.target)
+    elif args.target_steps > 0:  # a tiny target with structure: its answers can be learned
+        build = work / "target"
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "remote_agent.eagle3",
+                "build-tiny",
+                "--out",
+                str(build),
+                "--preset",
+                "gpu" if device == "cuda" else "ci",
+                "--device",
+                device,
+                "--per-source",
+                "300",
+                "--train-steps",
+                str(args.target_steps),
+                "--batch",
+                "16",
+                "--seq-len",
+                "512" if device == "cuda" else "128",
+            ],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            check=True,
+            capture_output=True,
+        )
+        target = build / "model"
+    else:
+        target = ensure_tiny("gpu" if device == "cuda" else "ci")
     n, ans = (128, 96) if args.quick else (256, 128)
     if device == "cpu":
         n, ans = 32, 32
@@ -468,7 +503,8 @@ def run_acceptance(args) -> dict:
             "dump": inputs["dump"],
             "dataset": inputs["data"],
             "vocab": inputs["vocab"],
-            "max_tokens": 4096 if device == "cuda" else 512,
+            # about one sample per step, as SpecForge's batch 1: equal steps, equal epochs
+            "max_tokens": args.acc_max_tokens,
             "holdout_fraction": args.holdout,
         },
         "drafter": {"num_attention_heads": heads, "num_key_value_heads": heads},
@@ -529,6 +565,8 @@ def run_acceptance(args) -> dict:
         "samples": inputs["samples"],
         "tokens": inputs["tokens"],
         "epochs": args.epochs,
+        "target_train_steps": 0 if args.target else args.target_steps,
+        "ours_max_tokens": args.acc_max_tokens,
         "ours_train": {"seconds": round(ours_s, 1), **result_line[-1]},
         "specforge_train": sf,
     }
@@ -602,7 +640,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--part", action="append", choices=("throughput", "acceptance"))
     p.add_argument("--wheel", type=Path, default=DEFAULT_WHEEL)
     p.add_argument("--target", help="tiny target for the acceptance part (default: tiny preset)")
-    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--epochs", type=int, default=8)
+    p.add_argument(
+        "--target-steps",
+        type=int,
+        help="train the tiny target this many steps first (default 400 on CUDA, 0 on CPU)",
+    )
+    p.add_argument(
+        "--acc-max-tokens",
+        type=int,
+        default=256,
+        help="our token budget in the acceptance part (256: about one sample per step)",
+    )
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--ttt", type=int, default=7)
     p.add_argument("--holdout", type=float, default=0.1)
@@ -622,6 +671,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if args.target_steps is None:
+        args.target_steps = 400 if args.device == "cuda" else 0
     if args.worker:  # a child process: one side, result as JSON in the work dir
         if args.worker == "probe":
             res = probe(Path(args.wheel), args.device)
