@@ -219,7 +219,19 @@ def build(args, device):
     return drafter, ctx, params, opt, config, backend
 
 
-def synthetic_batch(config, seq: int, docs: int, device, seed: int = 0):
+def teacher_states(lm_head, draft_ids, n: int, g):
+    """Final hidden states whose target argmax is a drafted token (as for ~all supervised tokens
+    of real data with a 32K frequency vocabulary): a scaled lm_head row plus noise."""
+    import torch
+
+    tgt = draft_ids.cpu()[torch.randint(0, draft_ids.numel(), (n,), generator=g)]
+    rows = lm_head.index_select(0, tgt.to(lm_head.device)).float().cpu()
+    return (0.5 * rows + 0.1 * torch.randn(n, rows.shape[1], generator=g)).to(torch.bfloat16)
+
+
+def synthetic_batch(config, seq: int, docs: int, device, seed: int = 0, teacher=None):
+    """One packed sequence of `docs` equal documents, every position supervised. `teacher`
+    (lm_head, draft_ids) makes every teacher argmax drafted; without it the argmax is random."""
     import torch
 
     from remote_agent.eagle3.drafter.data import Batch
@@ -232,11 +244,80 @@ def synthetic_batch(config, seq: int, docs: int, device, seed: int = 0):
     pos = torch.cat([torch.arange(n) for n in lengths])
     # target-like magnitudes: residual streams of a few units, a post-norm final state of ~1
     aux = (torch.randn(seq, k * h, generator=g) * 2.0).to(torch.bfloat16)
-    final = torch.randn(seq, h, generator=g).to(torch.bfloat16)
+    if teacher is None:
+        final = torch.randn(seq, h, generator=g).to(torch.bfloat16)
+    else:
+        final = teacher_states(*teacher, seq, g)
     ids = torch.randint(0, config["vocab_size"], (seq,), generator=g)
     mask = torch.ones(seq, dtype=torch.bool)
     b = Batch(ids[None], aux[None], final[None], mask[None], doc[None], pos[None], seq, [])
     return b.to(device), lengths
+
+
+CHAT_LENGTHS = (384, 768, 1024, 1536, 2048, 3072)  # tokens per conversation (mean 1,472)
+PROMPT_SHARE = (0.15, 0.45)  # unsupervised share of each conversation (system + user turns)
+
+
+def chat_docs(
+    config, teacher, tokens: int, seed: int = 0, lengths=CHAT_LENGTHS, prompt_share=PROMPT_SHARE
+) -> list[dict]:
+    """Conversations for the chat workload: a prompt (loss mask 0) then the answer (mask 1)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    h, out, total = config["hidden_size"], [], 0
+    while total < tokens:
+        n = lengths[int(torch.randint(0, len(lengths), (1,), generator=g))]
+        lo, hi = prompt_share
+        prompt = int(n * (lo + (hi - lo) * float(torch.rand(1, generator=g))))
+        mask = torch.zeros(n, dtype=torch.bool)
+        mask[prompt:] = True
+        out.append(
+            {
+                "ids": torch.randint(0, config["vocab_size"], (n,), generator=g),
+                "aux": (torch.randn(n, 3 * h, generator=g) * 2.0).to(torch.bfloat16),
+                "final": teacher_states(*teacher, n, g),
+                "mask": mask,
+            }
+        )
+        total += n
+    return out
+
+
+def pack_docs(docs: list[dict], seq: int, device) -> list:
+    """First-fit packing into `seq`-token batches with document masks (the trainer's layout)."""
+    import torch
+
+    from remote_agent.eagle3.drafter.data import Batch
+
+    bins: list[list[dict]] = []
+    for d in sorted(docs, key=lambda d: -d["ids"].numel()):
+        n = d["ids"].numel()
+        home = next((b for b in bins if sum(x["ids"].numel() for x in b) + n <= seq), None)
+        if home is None:
+            bins.append([d])
+        else:
+            home.append(d)
+    batches = []
+    for members in bins:
+        used = sum(d["ids"].numel() for d in members)
+        pad = seq - used
+        lengths = [d["ids"].numel() for d in members] + ([pad] if pad else [])
+        fill = {
+            "ids": torch.zeros(pad, dtype=torch.long),
+            "aux": torch.zeros(pad, members[0]["aux"].shape[1], dtype=torch.bfloat16),
+            "final": torch.zeros(pad, members[0]["final"].shape[1], dtype=torch.bfloat16),
+            "mask": torch.zeros(pad, dtype=torch.bool),
+        }
+        ids, aux, final, mask = (
+            torch.cat([d[key] for d in members] + [fill[key]])
+            for key in ("ids", "aux", "final", "mask")
+        )
+        doc = torch.cat([torch.full((n,), i, dtype=torch.int32) for i, n in enumerate(lengths)])
+        pos = torch.cat([torch.arange(n) for n in lengths])
+        b = Batch(ids[None], aux[None], final[None], mask[None], doc[None], pos[None], used, [])
+        batches.append(b.to(device))
+    return batches
 
 
 def run(args) -> dict:
@@ -247,7 +328,9 @@ def run(args) -> dict:
     if device == "cpu":
         pass  # threads: OMP_NUM_THREADS decides
     drafter, ctx, params, opt, config, backend = build(args, device)
-    batch, lengths = synthetic_batch(config, seq, args.docs, device)
+    batch, lengths = synthetic_batch(
+        config, seq, args.docs, device, teacher=(ctx.lm_head, ctx.draft_ids)
+    )
     warmup, steps = (2, 4) if args.quick else (3, 10)
     if args.steps:
         steps = args.steps

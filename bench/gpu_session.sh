@@ -46,7 +46,7 @@ for p in "$@"; do
     e2e)
       part e2e "${E2E_CAP:-540}" env NPROC=2 bench/gpu_e2e.sh --set draft_attention="$ATTENTION" ;;
     specforge)
-      part specforge 300 python3 bench/bench_specforge.py --quick --part throughput ;;
+      part specforge 480 python3 bench/bench_specforge.py --quick --part throughput ;;
     drafter-ddp)
       part drafter-ddp 200 python3 tests/gpu/test_drafter_gpu.py --quick --stage ddp --work /tmp/dgpu ;;
     *) echo "unknown part $p" ;;

@@ -117,8 +117,9 @@ def machine() -> dict:
 # -- stage: kernels --------------------------------------------------------------------------
 
 
-def _attention_case(device, dtype, heads, kv, d, dv, backend) -> dict:
-    """Values and gradients of `backend` vs the dense fp32 formula on the same inputs."""
+def _attention_case(device, dtype, heads, kv, d, dv, backend, rows=False) -> dict:
+    """Values and gradients of `backend` vs the dense fp32 formula on the same inputs (with
+    `rows`: steps >= 1 on a subset of query positions, the trainer's idle-row skipping)."""
     import torch
 
     from remote_agent.eagle3.drafter.ttt_attention import TTTAttention, doc_ids_from_lengths
@@ -135,11 +136,18 @@ def _attention_case(device, dtype, heads, kv, d, dv, backend) -> dict:
     vs = [r(1, kv, n, dv) for _ in range(steps - 1)]
     leaves = [q, k0, v0, *ks, *vs]
     doc = doc_ids_from_lengths([100, 200, 150], n, device=device).unsqueeze(0)
-    up = torch.randn(1, heads, n, dv, generator=g, device=device)
+    keep = None
+    if rows:  # answer-like spans of each document; the rest idle
+        keep = torch.cat([torch.arange(30, 100), torch.arange(160, 300), torch.arange(390, 450)])
+        keep = keep.to(device)
+    up = torch.randn(1, heads, n if keep is None else keep.numel(), dv, generator=g, device=device)
 
     def run(kind, xs):
         qq, a, b, *rest = xs
-        o = TTTAttention(doc, d**-0.5, kind)(qq, a, b, rest[: steps - 1], rest[steps - 1 :])
+        if keep is not None:
+            qq, rest = qq[:, :, keep], [x[:, :, keep] for x in rest]
+        att = TTTAttention(doc, d**-0.5, kind, rows=keep)
+        o = att(qq, a, b, rest[: steps - 1], rest[steps - 1 :])
         return o.float(), [x.float() for x in torch.autograd.grad((o.float() * up).sum(), xs)]
 
     ref_leaves = [x.detach().float().requires_grad_() for x in leaves]
@@ -150,6 +158,7 @@ def _attention_case(device, dtype, heads, kv, d, dv, backend) -> dict:
     tol = 1e-3 if dtype == torch.float32 else 3e-2
     return {
         "backend": backend,
+        "rows": None if keep is None else keep.numel(),
         "out_rel_err": err,
         "grad_rel_err": gerr,
         "ok": err < tol and gerr < tol,
@@ -215,6 +224,8 @@ def stage_kernels(device: str) -> dict:
         # Kimi-like Llama GQA head width 112 in fp32; MLA widths 192/128 in bf16
         "fp32_gqa_d112": _attention_case(device, torch.float32, 8, 2, 112, 112, backend),
         "bf16_mla_d192_dv128": _attention_case(device, torch.bfloat16, 8, 8, 192, 128, backend),
+        "fp32_gqa_d112_rows": _attention_case(device, torch.float32, 8, 2, 112, 112, backend, True),
+        "bf16_mla_rows": _attention_case(device, torch.bfloat16, 8, 8, 192, 128, backend, True),
         "chain_llama": _chain_case(device, "llama"),
         "chain_mla": _chain_case(device, "mla"),
     }

@@ -143,6 +143,11 @@ class TrainSection:
         "ddp",
         choices=("ddp", "fsdp"),
     )
+    skip_idle_rows: bool = doc(
+        "run TTT steps >= 1 and the draft lm_head only at positions with loss (or counted by the "
+        "simulated acceptance); exact: same loss, gradients and metrics, less compute on prompts",
+        True,
+    )
     teacher_chunk: int = doc("rows per chunk of the full-vocabulary teacher logits", 1024)
     loss_chunk: int = doc("rows per chunk of the draft-vocabulary soft cross-entropy", 2048)
     teacher_fp32: bool = doc("compute teacher logits in fp32 (slower; bf16 matches serving)", False)

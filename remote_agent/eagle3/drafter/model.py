@@ -315,13 +315,25 @@ class Eagle3Drafter(nn.Module):
 
     # -- training-time test --------------------------------------------------------------
 
-    def ttt(self, aux: torch.Tensor, step_ids, positions: torch.Tensor, attention, steps: int):
+    def ttt(
+        self,
+        aux: torch.Tensor,
+        step_ids,
+        positions: torch.Tensor,
+        attention,
+        steps: int,
+        rows: torch.Tensor | None = None,
+    ):
         """Unroll `steps` draft steps over a packed sequence; returns the pre-norm outputs.
 
         step_ids[k] holds the input tokens of step k ([B, L]: token t+1+k at position t).
         `attention(q, k0, v0, ks, vs)` lets the step-k query at position t see the step-0 keys
         at positions <= t of its document plus the keys of steps 1..k at position t itself,
         exactly what the query of draft step k sees in SGLang's chain.
+
+        rows: positions (increasing) that steps >= 1 run on (B = 1; the attention was built with
+        the same rows). A position's later steps depend on no other position's, so those rows get
+        exactly the values of the full unroll; outputs of steps >= 1 then have len(rows) rows.
         """
         layer = self.midlayer
         hidden = self.project(aux)
@@ -330,7 +342,12 @@ class Eagle3Drafter(nn.Module):
         vs: list[torch.Tensor] = []
         outs = []
         for k in range(steps):
-            q, kk, vv, residual = layer.pre(hidden, self.embed_tokens(step_ids[k]), positions + k)
+            ids_k, pos_k = step_ids[k], positions
+            if k > 0 and rows is not None:
+                ids_k, pos_k = ids_k[:, rows], pos_k[:, rows]
+                if k == 1:
+                    hidden = hidden[:, rows]
+            q, kk, vv, residual = layer.pre(hidden, self.embed_tokens(ids_k), pos_k + k)
             if k == 0:
                 k0, v0 = kk, vv
             else:

@@ -58,21 +58,63 @@ class TTTStep(nn.Module):
         super().__init__()
         self.drafter, self.steps, self.loss_chunk = drafter, steps, loss_chunk
 
-    def forward(self, aux, ids, positions, attention, p, weights):
+    def forward(self, aux, ids, positions, attention, p, weights, plan: RowPlan):
+        """Per TTT step: (weighted CE sum, draft argmax per position; -1 where not computed)."""
         d = self.drafter
-        outs = d.ttt(aux, ids, positions, attention, self.steps)
+        outs = d.ttt(aux, ids, positions, attention, self.steps, plan.rows)
         n = aux.shape[1]
         losses, args = [], []
         w = None
         for k, out in enumerate(outs):
-            rows = n - 1 - k  # position t uses the teacher of t+1+k
-            h = d.norm(out[0, :rows])
+            pos, idx = plan.loss_rows[k], plan.out_index[k]
+            h = d.norm(out[0].index_select(0, idx))
             if w is None:  # cast the fp32 master once per step, not once per TTT step
                 w = d.lm_head.weight.to(h.dtype)
-            loss_k, arg_k = soft_ce(h, w, p[1 + k :], weights[k][:rows], self.loss_chunk)
+            # position t uses the teacher of t+1+k
+            loss_k, arg_k = soft_ce(
+                h, w, p.index_select(0, pos + 1 + k), weights[k][pos], self.loss_chunk
+            )
             losses.append(loss_k)
-            args.append(arg_k)
+            args.append(torch.full((n - 1 - k,), -1, device=arg_k.device).index_put((pos,), arg_k))
         return losses, args
+
+
+@dataclass
+class RowPlan:
+    """Which positions each TTT step computes (see ttt_attention: query rows).
+
+    rows: positions steps >= 1 run on (None = all). loss_rows[k]: positions whose draft logits
+    step k needs (loss weight > 0, or counted by the simulated acceptance); out_index[k]: their
+    rows in step k's output. Everything else has zero weight, so the loss, its gradients and the
+    metrics equal those of the full computation.
+    """
+
+    rows: torch.Tensor | None
+    loss_rows: list[torch.Tensor]
+    out_index: list[torch.Tensor]
+
+    @classmethod
+    def build(
+        cls, weights: list[torch.Tensor], sim_valid: torch.Tensor, depth: int, skip: bool
+    ) -> RowPlan:
+        n = sim_valid.numel()
+        if not skip:
+            everything = [torch.arange(w.numel(), device=w.device) for w in weights]
+            return cls(None, everything, everything)
+        need = [w > 0 for w in weights]
+        for k in range(depth):
+            need[k] |= sim_valid[: need[k].numel()]
+        loss_rows = [m.nonzero().flatten() for m in need]
+        later = torch.zeros(n, dtype=torch.bool, device=sim_valid.device)
+        for m in need[1:]:
+            later[: m.numel()] |= m
+        rows = later.nonzero().flatten()
+        if rows.numel() == n:
+            return cls(None, loss_rows, loss_rows)
+        if rows.numel() == 0:
+            rows = rows.new_zeros(1)  # keep one row: every parameter still gets a gradient
+        out_index = [loss_rows[0]] + [torch.searchsorted(rows, r) for r in loss_rows[1:]]
+        return cls(rows, loss_rows, out_index)
 
 
 def build_drafter(cfg: Config, meta, vocab_size: int, d2t, t2d, embed, lm_head, seed: int):
@@ -130,6 +172,8 @@ class StepOut:
     counts: torch.Tensor  # per TTT step: valid positions over all ranks
     targets: Any  # StepTargets
     teacher: Any  # Teacher
+    sim_valid: torch.Tensor  # [L] bool: positions counted by the simulated acceptance
+    plan: RowPlan
 
 
 def forward_backward(c: StepContext, b, step: int) -> StepOut:
@@ -144,6 +188,12 @@ def forward_backward(c: StepContext, b, step: int) -> StepOut:
         w[: n - 1 - k] &= tch.in_draft[1 + k :]
         weights.append(w[: n - 1 - k].float())
     counts = c.dist.all_reduce_sum(torch.stack([w.sum() for w in weights]))
+    depth = min(chain_depth(tc.sim_steps, tc.sim_topk, tc.sim_draft_tokens), c.steps)
+    sim_valid = torch.zeros(n, dtype=torch.bool, device=b.input_ids.device)
+    if depth:  # chains of `depth` drafts inside the document, starting on a supervised token
+        m = max(n - depth, 0)
+        sim_valid[:m] = st.valid[depth - 1][0, :m] & b.loss_mask[0, 2 : 2 + m]
+    plan = RowPlan.build(weights, sim_valid, depth, tc.skip_idle_rows)
     aux = b.aux if c.bf16 else b.aux.float()
     if tc.noise_std > 0:  # relative to each token's RMS; seeded by (seed, step, rank)
         g = torch.Generator(device=aux.device).manual_seed(
@@ -152,14 +202,14 @@ def forward_backward(c: StepContext, b, step: int) -> StepOut:
         rms = aux.float().pow(2).mean(-1, keepdim=True).sqrt()
         noise = torch.randn(aux.shape, generator=g, device=aux.device) * rms * tc.noise_std
         aux = (aux.float() + noise).to(aux.dtype)
-    attention = TTTAttention(b.doc, c.scale, c.backend)
+    attention = TTTAttention(b.doc, c.scale, c.backend, rows=plan.rows)
     with c.autocast:
-        losses, args = c.model(aux, st.ids, b.positions, attention, tch.p, weights)
+        losses, args = c.model(aux, st.ids, b.positions, attention, tch.p, weights, plan)
     # normalised by the valid tokens of all ranks; DDP averages gradients over ranks
     world = c.dist.world
     total = sum(c.step_w[k] * losses[k] * world / counts[k].clamp(min=1) for k in range(c.steps))
     total.backward()
-    return StepOut(losses, args, weights, counts, st, tch)
+    return StepOut(losses, args, weights, counts, st, tch, sim_valid, plan)
 
 
 def train(cfg: Config) -> dict[str, Any]:
@@ -509,9 +559,10 @@ class _Window:
 
     def add(self, out: StepOut, b, draft_ids, grad_norm, lr) -> None:
         losses, args, weights, counts = out.losses, out.args, out.weights, out.counts
-        st, tch = out.targets, out.teacher
+        tch = out.teacher
         n = b.input_ids.shape[1]
-        preds = [draft_ids[a] for a in args]  # target ids
+        # target ids; -1 (never a teacher argmax) where a row was not computed (zero weight)
+        preds = [torch.where(a >= 0, draft_ids[a.clamp(min=0)], -1) for a in args]
         correct = []
         for k in range(self.steps):
             rows = n - 1 - k
@@ -522,8 +573,7 @@ class _Window:
         if self.depth:
             rows = n - self.depth
             match = [preds[k][:rows] == tch.argmax[1 + k : 1 + k + rows] for k in range(self.depth)]
-            valid = st.valid[self.depth - 1][0, :rows] & b.loss_mask[0, 2 : 2 + rows]
-            s, c, _ = chain_acceptance(match, valid, self.depth)
+            s, c, _ = chain_acceptance(match, out.sim_valid[:rows], self.depth)
             self.sim_sum += s
             self.sim_n += c
         self.tokens += b.tokens

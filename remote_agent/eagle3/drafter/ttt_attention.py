@@ -16,6 +16,12 @@ closed form:
 so a step costs one causal attention plus O(L*k*d), and the block mask (built once per batch)
 is shared by every step.
 
+Query rows. A position's step-k query depends on the step-0 keys and on its own earlier steps
+only, never on another position's steps 1..k. So steps >= 1 can run on a subset of positions
+(`rows`: those that carry loss or the acceptance metric; the trainer passes them) and give
+exactly the values and gradients they would have in the full unroll. The causal part then takes
+queries for `rows` only (q has len(rows) rows) against all step-0 keys.
+
 Backends for the causal part (all return (out, lse) with gradients through both):
     flex     torch flex_attention with a document block mask (CUDA; compiled)
     chunked  pure torch, query blocks with recomputation (memory O(block x L); CPU fallback)
@@ -49,24 +55,50 @@ class TTTAttention:
         backend: str = "chunked",
         block: int = BLOCK,
         compiled: bool = True,
+        rows: torch.Tensor | None = None,
     ):
         self.doc = doc
         self.compiled = compiled  # eager flex (tests on CPU) materialises the scores
         self.scale = scale
         self.backend = backend
         self.block = block
-        self.block_mask = None
+        n = doc.shape[1]
+        self.all_rows = torch.arange(n, device=doc.device)
+        if rows is not None and (doc.shape[0] != 1 or rows.ndim != 1 or rows.numel() == 0):
+            raise ValueError("query rows need one packed sequence (doc [1, L]) and rows [R > 0]")
+        if rows is not None and bool((rows[1:] <= rows[:-1]).any()):
+            raise ValueError("query rows must be strictly increasing positions")
+        self.rows = rows
+        self.block_mask = self.rows_mask = None
         if backend == "flex":
-            self.block_mask = _flex_block_mask(doc, compiled and doc.is_cuda)
+            compile_mask = compiled and doc.is_cuda
+            self.block_mask = _flex_block_mask(doc, None, compile_mask)
+            if rows is not None:
+                self.rows_mask = _flex_block_mask(doc, rows, compile_mask)
         elif backend not in ("chunked", "dense"):
             raise ValueError(f"unknown attention backend {backend!r}")
 
     def causal(self, q, k, v):
+        """(out, lse) of queries q (all L positions, or len(rows) rows) over the step-0 keys."""
+        n, m = k.shape[2], q.shape[2]
+        if m == n:
+            rows, block_mask = self.all_rows, self.block_mask
+        elif self.rows is not None and m == self.rows.numel():
+            rows, block_mask = self.rows, self.rows_mask
+        else:
+            given = "" if self.rows is None else f" or {self.rows.numel()}"
+            raise ValueError(f"{m} query rows: expected {n}{given}")
         if self.backend == "flex":
-            return _flex_causal(q, k, v, self.block_mask, self.scale, self.compiled)
+            if m == n:
+                return _flex_causal(q, k, v, block_mask, self.scale, self.compiled)
+            # flex wants L query rows: scatter the subset into place; rows outside it attend to
+            # their own key only (block mask), so their blocks cost almost nothing
+            full = q.new_zeros(q.shape[0], q.shape[1], n, q.shape[3]).index_copy(2, rows, q)
+            out, lse = _flex_causal(full, k, v, block_mask, self.scale, self.compiled)
+            return out.index_select(2, rows), lse.index_select(2, rows)
         if self.backend == "dense":
-            return _dense_causal(q, k, v, self.doc, self.scale)
-        return _chunked_causal(q, k, v, self.doc, self.scale, self.block)
+            return _softmax_attend(q, k, v, _mask(self.doc, rows, n), self.scale)
+        return _chunked_causal(q, k, v, self.doc, rows, self.scale, self.block)
 
     def __call__(self, q, k0, v0, ks, vs):
         o0, lse0 = self.causal(q, k0, v0)
@@ -99,12 +131,11 @@ def merge_diagonal(o0, lse0, q, ks, vs, scale: float) -> torch.Tensor:
     return (num / (w0 + w.sum(-1)).unsqueeze(-1)).to(q.dtype)
 
 
-def _mask(doc: torch.Tensor, q_lo: int, q_hi: int, k_hi: int) -> torch.Tensor:
-    """[B, 1, q, k] causal + same-document mask for queries q_lo..q_hi-1 and keys 0..k_hi-1."""
-    qi = torch.arange(q_lo, q_hi, device=doc.device)
+def _mask(doc: torch.Tensor, qpos: torch.Tensor, k_hi: int) -> torch.Tensor:
+    """[B, 1, q, k] causal + same-document mask for queries at positions qpos, keys 0..k_hi-1."""
     ki = torch.arange(0, k_hi, device=doc.device)
-    causal = ki.unsqueeze(0) <= qi.unsqueeze(1)
-    same = doc[:, q_lo:q_hi].unsqueeze(-1) == doc[:, :k_hi].unsqueeze(-2)
+    causal = ki.unsqueeze(0) <= qpos.unsqueeze(1)
+    same = doc[:, qpos].unsqueeze(-1) == doc[:, :k_hi].unsqueeze(-2)
     return (causal.unsqueeze(0) & same).unsqueeze(1)
 
 
@@ -117,25 +148,21 @@ def _softmax_attend(q, k, v, mask, scale):
     return (p @ _expand_kv(v, heads).to(acc)).to(q.dtype), lse
 
 
-def _dense_causal(q, k, v, doc, scale):
-    n = q.shape[2]
-    return _softmax_attend(q, k, v, _mask(doc, 0, n, n), scale)
+def _chunk_fn(q_blk, k, v, doc, qpos, scale):
+    hi = int(qpos[-1]) + 1  # rows are increasing: the last one sees the most keys
+    return _softmax_attend(q_blk, k[:, :, :hi], v[:, :, :hi], _mask(doc, qpos, hi), scale)
 
 
-def _chunk_fn(q_blk, k, v, doc, lo, hi, scale):
-    return _softmax_attend(q_blk, k[:, :, :hi], v[:, :, :hi], _mask(doc, lo, hi, hi), scale)
-
-
-def _chunked_causal(q, k, v, doc, scale, block):
+def _chunked_causal(q, k, v, doc, rows, scale, block):
     """Query blocks; each sees keys up to its last row; recomputed in backward (no L^2 saved)."""
     from torch.utils.checkpoint import checkpoint
 
-    n = q.shape[2]
+    m = q.shape[2]
     outs, lses = [], []
     grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    for lo in range(0, n, block):
-        hi = min(lo + block, n)
-        args = (q[:, :, lo:hi], k, v, doc, lo, hi, scale)
+    for lo in range(0, m, block):
+        hi = min(lo + block, m)
+        args = (q[:, :, lo:hi], k, v, doc, rows[lo:hi], scale)
         if grad:
             o, lse = checkpoint(_chunk_fn, *args, use_reentrant=False)
         else:
@@ -162,13 +189,22 @@ def _flex_fn(compiled: bool = True):
     return _FLEX
 
 
-def _flex_block_mask(doc: torch.Tensor, compile_mask: bool):
+def _flex_block_mask(doc: torch.Tensor, rows: torch.Tensor | None, compile_mask: bool):
+    """Causal + document mask; with `rows`, query positions outside them see only their own key."""
     from torch.nn.attention.flex_attention import create_block_mask
 
     b, n = doc.shape
+    if rows is None:
 
-    def mask_mod(bi, h, qi, ki):
-        return (ki <= qi) & (doc[bi, qi] == doc[bi, ki])
+        def mask_mod(bi, h, qi, ki):
+            return (ki <= qi) & (doc[bi, qi] == doc[bi, ki])
+
+    else:
+        keep = torch.zeros(n, dtype=torch.bool, device=doc.device)
+        keep[rows] = True
+
+        def mask_mod(bi, h, qi, ki):
+            return ((ki <= qi) & (doc[bi, qi] == doc[bi, ki]) & keep[qi]) | (ki == qi)
 
     return create_block_mask(mask_mod, b, None, n, n, device=doc.device, _compile=compile_mask)
 

@@ -92,3 +92,46 @@ def test_flex_forward_matches_reference_on_cpu(d, dv, kv_heads):
         # eager flex on CPU (compiled CPU flex has no return_lse); same block mask and mask_mod
         got = TTTAttention(doc, 0.25, "flex", compiled=False)(*args, kk, vv)
     torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("backend", ["dense", "chunked"])
+def test_query_rows_equal_the_same_rows_of_the_full_attention(backend):
+    """Steps >= 1 on a subset of positions: values and gradients of those rows are unchanged."""
+    q, k0, v0, ks, vs, doc = _inputs(heads=4, kv_heads=2, n=24, steps=3, lengths=(7, 10, 4))
+    rows = torch.tensor([0, 3, 6, 7, 8, 15, 16, 17, 22])  # both sides of document borders
+    full = TTTAttention(doc, 0.3, backend, block=5)(q, k0, v0, ks, vs)[:, :, rows]
+    sub = TTTAttention(doc, 0.3, backend, block=4, rows=rows)
+    qs, kss, vss = q[:, :, rows], [k[:, :, rows] for k in ks], [v[:, :, rows] for v in vs]
+    got = sub(qs, k0, v0, kss, vss)
+    torch.testing.assert_close(got, full, rtol=1e-10, atol=1e-10)
+    upstream = torch.randn_like(full)
+    leaves = [q, k0, v0, *ks, *vs]
+    g_full = torch.autograd.grad((full * upstream).sum(), leaves)
+    g_sub = torch.autograd.grad((got * upstream).sum(), leaves)
+    for a, b in zip(g_sub, g_full, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+def test_flex_query_rows_match_reference_on_cpu():
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    q, k0, v0, ks, vs, doc = _inputs(heads=2, kv_heads=2, n=32, d=16, dv=16, lengths=(10, 22))
+    rows = torch.tensor([1, 2, 9, 10, 11, 30])
+    with torch.no_grad():
+        q, k0, v0 = (t.detach().float() for t in (q, k0, v0))
+        kk = [t.detach().float()[:, :, rows] for t in ks]
+        vv = [t.detach().float()[:, :, rows] for t in vs]
+        ref = naive_ttt(
+            q, k0, v0, [t.detach().float() for t in ks], [t.detach().float() for t in vs], doc, 0.25
+        )[:, :, rows]
+        att = TTTAttention(doc, 0.25, "flex", compiled=False, rows=rows)
+        got = att(q[:, :, rows], k0, v0, kk, vv)
+    torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_query_rows_are_checked():
+    q, k0, v0, ks, vs, doc = _inputs(n=24)
+    with pytest.raises(ValueError, match="strictly increasing"):
+        TTTAttention(doc, 0.3, "dense", rows=torch.tensor([3, 2]))
+    att = TTTAttention(doc, 0.3, "dense", rows=torch.tensor([2, 3]))
+    with pytest.raises(ValueError, match="expected 24 or 2"):
+        att(q[:, :, :5], k0, v0, [], [])
