@@ -66,16 +66,20 @@ class TTTStep(nn.Module):
         losses, args = [], []
         w = None
         for k, out in enumerate(outs):
-            pos, idx = plan.loss_rows[k], plan.out_index[k]
-            h = d.norm(out[0].index_select(0, idx))
+            pos, idx, m = plan.loss_rows[k], plan.out_index[k], n - 1 - k
+            # position t uses the teacher of t+1+k
+            if pos is None:  # every position: plain slices, no copies
+                h, pk, wk = d.norm(out[0, :m]), p[1 + k : 1 + k + m], weights[k]
+            else:
+                h = d.norm(out[0].index_select(0, idx))
+                pk, wk = p.index_select(0, pos + 1 + k), weights[k][pos]
             if w is None:  # cast the fp32 master once per step, not once per TTT step
                 w = d.lm_head.weight.to(h.dtype)
-            # position t uses the teacher of t+1+k
-            loss_k, arg_k = soft_ce(
-                h, w, p.index_select(0, pos + 1 + k), weights[k][pos], self.loss_chunk
-            )
+            loss_k, arg_k = soft_ce(h, w, pk, wk, self.loss_chunk)
             losses.append(loss_k)
-            args.append(torch.full((n - 1 - k,), -1, device=arg_k.device).index_put((pos,), arg_k))
+            if pos is not None:
+                arg_k = torch.full((m,), -1, device=arg_k.device).index_put((pos,), arg_k)
+            args.append(arg_k)
         return losses, args
 
 
@@ -84,14 +88,16 @@ class RowPlan:
     """Which positions each TTT step computes (see ttt_attention: query rows).
 
     rows: positions steps >= 1 run on (None = all). loss_rows[k]: positions whose draft logits
-    step k needs (loss weight > 0, or counted by the simulated acceptance); out_index[k]: their
-    rows in step k's output. Everything else has zero weight, so the loss, its gradients and the
-    metrics equal those of the full computation.
+    step k needs (loss weight > 0, or counted by the simulated acceptance; None = all of its
+    n-1-k); out_index[k]: their rows in step k's output. Everything else has zero weight, so the
+    loss, its gradients and the metrics equal those of the full computation.
     """
 
     rows: torch.Tensor | None
-    loss_rows: list[torch.Tensor]
-    out_index: list[torch.Tensor]
+    loss_rows: list[torch.Tensor | None]
+    out_index: list[torch.Tensor | None]
+
+    MIN_SAVING = 0.1  # run steps >= 1 on a subset only when it drops at least this share
 
     @classmethod
     def build(
@@ -99,21 +105,27 @@ class RowPlan:
     ) -> RowPlan:
         n = sim_valid.numel()
         if not skip:
-            everything = [torch.arange(w.numel(), device=w.device) for w in weights]
-            return cls(None, everything, everything)
+            return cls(None, [None] * len(weights), [None] * len(weights))
         need = [w > 0 for w in weights]
         for k in range(depth):
             need[k] |= sim_valid[: need[k].numel()]
-        loss_rows = [m.nonzero().flatten() for m in need]
         later = torch.zeros(n, dtype=torch.bool, device=sim_valid.device)
         for m in need[1:]:
             later[: m.numel()] |= m
-        rows = later.nonzero().flatten()
-        if rows.numel() == n:
+        counts = torch.stack([m.sum() for m in need] + [later.sum()]).tolist()  # one sync
+        loss_rows = [
+            None if c == m.numel() else m.nonzero().flatten()
+            for c, m in zip(counts, need, strict=False)
+        ]
+        if counts[-1] > (1 - cls.MIN_SAVING) * n:
             return cls(None, loss_rows, loss_rows)
+        rows = later.nonzero().flatten()
         if rows.numel() == 0:
             rows = rows.new_zeros(1)  # keep one row: every parameter still gets a gradient
-        out_index = [loss_rows[0]] + [torch.searchsorted(rows, r) for r in loss_rows[1:]]
+        # a step whose every position is needed has them first in `rows` (rows is sorted)
+        out_index = [loss_rows[0]] + [
+            None if r is None else torch.searchsorted(rows, r) for r in loss_rows[1:]
+        ]
         return cls(rows, loss_rows, out_index)
 
 

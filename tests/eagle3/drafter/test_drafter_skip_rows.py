@@ -118,3 +118,26 @@ def test_a_batch_without_any_later_loss_keeps_one_row():
     assert [int(c) for c in out.counts] == [1, 0, 0, 0]
     assert grads["midlayer.mlp.up_proj.weight"].abs().sum() > 0
     assert grads["lm_head.weight"].abs().sum() > 0
+
+
+def test_row_plan_runs_a_subset_only_when_it_saves_enough():
+    from remote_agent.eagle3.drafter.train import RowPlan
+
+    n, steps = 100, 3
+    ones = [torch.ones(n - 1 - k) for k in range(steps)]
+    plan = RowPlan.build(ones, torch.zeros(n, dtype=torch.bool), 0, skip=True)
+    assert plan.rows is None and plan.loss_rows == [None] * steps  # plain slices, no copies
+
+    few_idle = [w.clone() for w in ones]
+    for w in few_idle[1:]:
+        w[:5] = 0  # 5 idle positions: not worth a subset
+    plan = RowPlan.build(few_idle, torch.zeros(n, dtype=torch.bool), 0, skip=True)
+    assert plan.rows is None and plan.loss_rows[0] is None
+    assert plan.loss_rows[1].tolist() == list(range(5, n - 2))
+
+    prompt = [w.clone() for w in ones]
+    for w in prompt:
+        w[:40] = 0  # a 40-token prompt
+    plan = RowPlan.build(prompt, torch.zeros(n, dtype=torch.bool), 0, skip=True)
+    assert plan.rows.tolist() == list(range(40, n - 2))
+    assert plan.out_index[2].tolist() == list(range(0, n - 3 - 40))
