@@ -234,14 +234,12 @@ def synthetic_batch(config, seq: int, docs: int, device, seed: int = 0, teacher=
     (lm_head, draft_ids) makes every teacher argmax drafted; without it the argmax is random."""
     import torch
 
-    from remote_agent.eagle3.drafter.data import Batch
+    from remote_agent.eagle3.drafter.data import packed_batch
 
     g = torch.Generator().manual_seed(seed)
     h, k = config["hidden_size"], 3
     lengths = [seq // docs] * docs
     lengths[-1] += seq - sum(lengths)
-    doc = torch.cat([torch.full((n,), i, dtype=torch.int32) for i, n in enumerate(lengths)])
-    pos = torch.cat([torch.arange(n) for n in lengths])
     # target-like magnitudes: residual streams of a few units, a post-norm final state of ~1
     aux = (torch.randn(seq, k * h, generator=g) * 2.0).to(torch.bfloat16)
     if teacher is None:
@@ -250,8 +248,8 @@ def synthetic_batch(config, seq: int, docs: int, device, seed: int = 0, teacher=
         final = teacher_states(*teacher, seq, g)
     ids = torch.randint(0, config["vocab_size"], (seq,), generator=g)
     mask = torch.ones(seq, dtype=torch.bool)
-    b = Batch(ids[None], aux[None], final[None], mask[None], doc[None], pos[None], seq, [])
-    return b.to(device), lengths
+    parts = list(zip(*(t.split(lengths) for t in (ids, aux, final, mask)), strict=True))
+    return packed_batch(parts, seq, []).to(device), lengths
 
 
 CHAT_LENGTHS = (384, 768, 1024, 1536, 2048, 3072)  # tokens per conversation (mean 1,472)
@@ -285,39 +283,19 @@ def chat_docs(
 
 
 def pack_docs(docs: list[dict], seq: int, device) -> list:
-    """First-fit packing into `seq`-token batches with document masks (the trainer's layout)."""
-    import torch
+    """The trainer's packing (first fit, longest first here) and batch layout, on the device."""
+    from remote_agent.eagle3.drafter.data import first_fit, packed_batch
 
-    from remote_agent.eagle3.drafter.data import Batch
-
-    bins: list[list[dict]] = []
-    for d in sorted(docs, key=lambda d: -d["ids"].numel()):
-        n = d["ids"].numel()
-        home = next((b for b in bins if sum(x["ids"].numel() for x in b) + n <= seq), None)
-        if home is None:
-            bins.append([d])
-        else:
-            home.append(d)
-    batches = []
-    for members in bins:
-        used = sum(d["ids"].numel() for d in members)
-        pad = seq - used
-        lengths = [d["ids"].numel() for d in members] + ([pad] if pad else [])
-        fill = {
-            "ids": torch.zeros(pad, dtype=torch.long),
-            "aux": torch.zeros(pad, members[0]["aux"].shape[1], dtype=torch.bfloat16),
-            "final": torch.zeros(pad, members[0]["final"].shape[1], dtype=torch.bfloat16),
-            "mask": torch.zeros(pad, dtype=torch.bool),
-        }
-        ids, aux, final, mask = (
-            torch.cat([d[key] for d in members] + [fill[key]])
-            for key in ("ids", "aux", "final", "mask")
-        )
-        doc = torch.cat([torch.full((n,), i, dtype=torch.int32) for i, n in enumerate(lengths)])
-        pos = torch.cat([torch.arange(n) for n in lengths])
-        b = Batch(ids[None], aux[None], final[None], mask[None], doc[None], pos[None], used, [])
-        batches.append(b.to(device))
-    return batches
+    docs = sorted(docs, key=lambda d: -d["ids"].numel())
+    bins = first_fit([d["ids"].numel() for d in docs], seq, window=len(docs))
+    return [
+        packed_batch(
+            [(docs[i]["ids"], docs[i]["aux"], docs[i]["final"], docs[i]["mask"]) for i in b],
+            seq,
+            [],
+        ).to(device)
+        for b in bins
+    ]
 
 
 def run(args) -> dict:

@@ -148,7 +148,8 @@ def _attention_case(device, dtype, heads, kv, d, dv, backend, rows=False) -> dic
             qq, rest = qq[:, :, keep], [x[:, :, keep] for x in rest]
         att = TTTAttention(doc, d**-0.5, kind, rows=keep)
         o = att(qq, a, b, rest[: steps - 1], rest[steps - 1 :])
-        return o.float(), [x.float() for x in torch.autograd.grad((o.float() * up).sum(), xs)]
+        grads = torch.autograd.grad((o.float() * up).sum(), xs)
+        return o.detach().float(), [x.float() for x in grads]
 
     ref_leaves = [x.detach().float().requires_grad_() for x in leaves]
     o_ref, g_ref = run("dense", ref_leaves)

@@ -91,6 +91,52 @@ class Batch:
         return Batch(**move, tokens=self.tokens, sample_ids=self.sample_ids)
 
 
+def first_fit(lengths: list[int], max_tokens: int, window: int) -> list[list[int]]:
+    """Indices into `lengths`, packed first fit in the given order; at most `window` bins stay
+    open (the oldest is closed first), so packing streams over a large dataset."""
+    batches: list[list[int]] = []
+    open_bins: list[tuple[int, list[int]]] = []  # (free tokens, members)
+    for idx, n in enumerate(lengths):
+        for j, (free, members) in enumerate(open_bins):
+            if n <= free:
+                members.append(idx)
+                open_bins[j] = (free - n, members)
+                break
+        else:
+            open_bins.append((max_tokens - n, [idx]))
+        if len(open_bins) > window:
+            batches.append(open_bins.pop(0)[1])
+    batches.extend(members for _, members in open_bins)
+    return batches
+
+
+def packed_batch(parts, length: int, sample_ids: list[str], pin: bool = False) -> Batch:
+    """Documents (ids, aux, final, loss_mask) laid out one after another in `length` positions;
+    the padding after them is one more document."""
+    kh, h = parts[0][1].shape[1], parts[0][2].shape[1]
+    ids = torch.zeros(length, dtype=torch.long)
+    aux = torch.zeros(length, kh, dtype=torch.bfloat16)
+    final = torch.zeros(length, h, dtype=torch.bfloat16)
+    mask = torch.zeros(length, dtype=torch.bool)
+    doc = torch.full((length,), len(parts), dtype=torch.int32)
+    pos = torch.zeros(length, dtype=torch.long)
+    at = 0
+    for d, (p_ids, p_aux, p_final, p_mask) in enumerate(parts):
+        n = p_ids.numel()
+        ids[at : at + n] = p_ids
+        aux[at : at + n] = p_aux.to(torch.bfloat16)
+        final[at : at + n] = p_final.to(torch.bfloat16)
+        mask[at : at + n] = p_mask
+        doc[at : at + n] = d
+        pos[at : at + n] = torch.arange(n)
+        at += n
+    pos[at:] = torch.arange(length - at)
+    tensors = [ids, aux, final, mask, doc, pos]
+    if pin:
+        tensors = [t.pin_memory() for t in tensors]
+    return Batch(*(t.unsqueeze(0) for t in tensors), at, sample_ids)
+
+
 class Plan:
     """Samples usable for training and the deterministic batches of every epoch."""
 
@@ -154,21 +200,10 @@ class Plan:
     def _pack(self, epoch: int) -> list[list[int]]:
         order = list(range(len(self.samples)))
         random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
-        batches: list[list[int]] = []
-        open_bins: list[tuple[int, list[int]]] = []  # (free tokens, members)
-        for idx in order:
-            n = self.samples[idx][1]
-            for j, (free, members) in enumerate(open_bins):
-                if n <= free:
-                    members.append(idx)
-                    open_bins[j] = (free - n, members)
-                    break
-            else:
-                open_bins.append((self.max_tokens - n, [idx]))
-            if len(open_bins) > self.pack_window:
-                batches.append(open_bins.pop(0)[1])
-        batches.extend(members for _, members in open_bins)
-        return batches
+        lengths = [self.samples[i][1] for i in order]
+        return [
+            [order[j] for j in b] for b in first_fit(lengths, self.max_tokens, self.pack_window)
+        ]
 
     def steps_per_epoch(self, epoch: int = 0) -> int:
         return len(self.epoch_batches(epoch)) // self.world
@@ -227,17 +262,8 @@ class Loader:
 
     def _assemble(self, reader, index, members: list[int]) -> Batch:
         plan = self.plan
-        length = plan.max_tokens
-        kh = plan.meta.num_aux * plan.meta.hidden_size
-        ids = torch.zeros(length, dtype=torch.long)
-        aux = torch.zeros(length, kh, dtype=torch.bfloat16)
-        final = torch.zeros(length, plan.meta.hidden_size, dtype=torch.bfloat16)
-        mask = torch.zeros(length, dtype=torch.bool)
-        doc = torch.full((length,), len(members), dtype=torch.int32)
-        pos = torch.zeros(length, dtype=torch.long)
-        at = 0
-        sample_ids = []
-        for d, idx in enumerate(members):
+        parts, sample_ids = [], []
+        for idx in members:
             sid, n = plan.samples[idx]
             rec = index.read(sid)
             got = reader.get(sid)
@@ -252,29 +278,10 @@ class Loader:
                 raise Failed(
                     f"sample {sid!r}: the dump's input_ids differ from {plan.dataset} at token {diff}"
                 )
-            ids[at : at + n] = dump_ids[:n]
-            aux[at : at + n] = got["aux"][:n].to(torch.bfloat16)
-            final[at : at + n] = got["final"][:n].to(torch.bfloat16)
-            mask[at : at + n] = torch.tensor(rec.loss_mask[:n], dtype=torch.bool)
-            doc[at : at + n] = d
-            pos[at : at + n] = torch.arange(n)
-            at += n
+            mask = torch.tensor(rec.loss_mask[:n], dtype=torch.bool)
+            parts.append((dump_ids[:n], got["aux"][:n], got["final"][:n], mask))
             sample_ids.append(sid)
-        pos[at:] = torch.arange(length - at)
-        tensors = [ids, aux, final, mask, doc, pos]
-        if self.pin:
-            tensors = [t.pin_memory() for t in tensors]
-        ids, aux, final, mask, doc, pos = tensors
-        return Batch(
-            ids.unsqueeze(0),
-            aux.unsqueeze(0),
-            final.unsqueeze(0),
-            mask.unsqueeze(0),
-            doc.unsqueeze(0),
-            pos.unsqueeze(0),
-            at,
-            sample_ids,
-        )
+        return packed_batch(parts, plan.max_tokens, sample_ids, self.pin)
 
     def __iter__(self):
         return self

@@ -112,12 +112,12 @@ class RowPlan:
         later = torch.zeros(n, dtype=torch.bool, device=sim_valid.device)
         for m in need[1:]:
             later[: m.numel()] |= m
-        counts = torch.stack([m.sum() for m in need] + [later.sum()]).tolist()  # one sync
+        *counts, n_later = torch.stack([m.sum() for m in need] + [later.sum()]).tolist()  # 1 sync
         loss_rows = [
             None if c == m.numel() else m.nonzero().flatten()
-            for c, m in zip(counts, need, strict=False)
+            for c, m in zip(counts, need, strict=True)
         ]
-        if counts[-1] > (1 - cls.MIN_SAVING) * n:
+        if n_later > (1 - cls.MIN_SAVING) * n:
             return cls(None, loss_rows, loss_rows)
         rows = later.nonzero().flatten()
         if rows.numel() == 0:

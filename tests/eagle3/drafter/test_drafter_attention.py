@@ -27,6 +27,15 @@ def naive_ttt(q, k0, v0, ks, vs, doc, scale):
     return s.softmax(-1) @ values
 
 
+def assert_same_grads(got, ref, leaves):
+    """Gradients of the leaves through `got` equal those through `ref` (same upstream)."""
+    upstream = torch.randn_like(ref)
+    g_ref = torch.autograd.grad((ref * upstream).sum(), leaves)
+    g_got = torch.autograd.grad((got * upstream).sum(), leaves)
+    for a, b in zip(g_got, g_ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
 def _inputs(heads=4, kv_heads=2, n=24, d=8, dv=8, steps=3, seed=0, lengths=(7, 10, 4)):
     g = torch.Generator().manual_seed(seed)
 
@@ -58,12 +67,7 @@ def test_matches_naive_reference_values_and_grads(backend, shape):
     got = TTTAttention(doc, scale, backend, block=5)(q, k0, v0, ks, vs)
     assert got.shape == (1, q.shape[1], q.shape[2], v0.shape[-1])
     torch.testing.assert_close(got, ref.to(got.dtype), rtol=1e-10, atol=1e-10)
-    upstream = torch.randn_like(ref)
-    leaves = [q, k0, v0, *ks, *vs]
-    g_ref = torch.autograd.grad((ref * upstream).sum(), leaves)
-    g_got = torch.autograd.grad((got * upstream).sum(), leaves)
-    for a, b in zip(g_got, g_ref, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+    assert_same_grads(got, ref, [q, k0, v0, *ks, *vs])
 
 
 def test_documents_do_not_see_each_other():
@@ -104,12 +108,7 @@ def test_query_rows_equal_the_same_rows_of_the_full_attention(backend):
     qs, kss, vss = q[:, :, rows], [k[:, :, rows] for k in ks], [v[:, :, rows] for v in vs]
     got = sub(qs, k0, v0, kss, vss)
     torch.testing.assert_close(got, full, rtol=1e-10, atol=1e-10)
-    upstream = torch.randn_like(full)
-    leaves = [q, k0, v0, *ks, *vs]
-    g_full = torch.autograd.grad((full * upstream).sum(), leaves)
-    g_sub = torch.autograd.grad((got * upstream).sum(), leaves)
-    for a, b in zip(g_sub, g_full, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+    assert_same_grads(got, full, [q, k0, v0, *ks, *vs])
 
 
 def test_flex_query_rows_match_reference_on_cpu():
