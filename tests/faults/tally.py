@@ -32,7 +32,7 @@ class Tally:
         rows = self.rows()
         if not rows:
             return ""
-        width = max(len(a) for a, _, _ in rows)
+        width = max([len("attack class")] + [len(a) for a, _, _ in rows])
         lines = [f"{'attack class':<{width}}  trials  held"]
         lines += [f"{a:<{width}}  {n:>6}  {h:>4}" for a, n, h in rows]
         total_n = sum(n for _, n, _ in rows)
