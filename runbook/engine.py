@@ -23,6 +23,8 @@ from typing import Any
 from runbook import plan
 from runbook.agent_client import AgentError, ConnectionLost, HostSession
 from runbook.audit import AuditLog, redact
+from runbook.job_fate import ADVICE, FateUnknown, check_found, check_missing
+from runbook.mirror import LogMirror
 from runbook.events import (
     BLOCKED,
     CANCELLED,
@@ -487,6 +489,7 @@ class Engine:
         rec.log_file = str(self.store.log_path(step.id, rec.attempt))
         rec.command = step.run
         rec.progress = None
+        rec.spool_id = (await self.session(rec.host)).hello.get("spool_id")
         # Recorded before launching: after a crash we look for this job id instead of relaunching.
         self._set(
             step.id,
@@ -498,6 +501,7 @@ class Engine:
                 "env": step.env,
                 "cwd": step.cwd,
                 "detach": step.detach,
+                "spool_id": rec.spool_id,
                 "guards": pre,
             },
         )
@@ -539,19 +543,27 @@ class Engine:
             if exc.type != "not_found":
                 raise
             info = None
-        if info is None:  # recorded as running but never launched (crash in between)
+        if info is None:  # recorded as running but never launched (crash in between)?
+            check_missing(rec, (await self.session(host)).hello)  # else: lost, not relaunched
             if reattach:
                 self.emit(
                     Notice("info", f"{step.id}: job {rec.job_id} was never started; starting it")
                 )
             await self._start_job(step, rec)
-        elif reattach:
+        else:
+            check_found(rec, info)
+        if info is not None and reattach:
             self.emit(
                 Notice("info", f"{step.id}: reattached to job {rec.job_id} ({info.get('state')})")
             )
 
     def _unreachable(self, step: Step, rec: StepRecord, host: str, exc: Exception) -> str:
         rec.ended_at = time.time()
+        if isinstance(exc, AgentError) and exc.type == "not_found":  # gone while followed
+            exc = FateUnknown("job_vanished", f"{exc.message}; {ADVICE}")
+        if isinstance(exc, FateUnknown):
+            self._set(step.id, LOST, exc.reason, exc.message)
+            return LOST
         if isinstance(exc, AgentError):
             self._set(step.id, FAILED, "launch_error", exc.message)
             return FAILED
@@ -564,7 +576,7 @@ class Engine:
         try:
             await self._ensure_started(step, rec, host, reattach)
             end = await self._follow(step, rec, host)
-        except (AgentError, TransportError) as exc:
+        except (AgentError, TransportError, FateUnknown) as exc:
             return self._unreachable(step, rec, host, exc)
         return await self._finish_ok_or_post(step, rec, rec.started_at or time.time(), end)
 
@@ -575,7 +587,7 @@ class Engine:
         svc, host = step.service, rec.host or self.host_of(step)
         try:
             await self._ensure_started(step, rec, host, reattach)
-        except (AgentError, TransportError) as exc:
+        except (AgentError, TransportError, FateUnknown) as exc:
             return self._unreachable(step, rec, host, exc)
         follower = asyncio.ensure_future(self._follow(step, rec, host))
         started = time.monotonic()
@@ -693,10 +705,9 @@ class Engine:
 
     async def _follow(self, step: Step, rec: StepRecord, host: str) -> dict[str, Any]:
         path = Path(rec.log_file or "")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # The mirror may hold bytes written after the last saved cursor: drop them, they come again.
-        with open(path, "ab") as f:
-            f.truncate(rec.log_mirror_size)
+        # Resume where the mirror durably ends: no byte is shown twice (runbook/mirror.py).
+        mirror = LogMirror(path, rec.log_remote_offset, rec.log_mirror_size)
+        rec.log_remote_offset, rec.log_mirror_size = mirror.remote, mirror.size
         follow = _Follow(step.id, rec, path)
         session = await self.session(host)
         secrets = [s.encode() for s in self.secrets.values() if s]
@@ -704,9 +715,8 @@ class Engine:
         def on_data(start: int, end: int, data: bytes) -> None:
             for s in secrets:
                 data = data.replace(s, b"***")
-            with open(path, "ab") as f:
-                f.write(data)
-            rec.log_remote_offset, rec.log_mirror_size = end, rec.log_mirror_size + len(data)
+            mirror.append(end, data)  # mirrored first, shown after: never shown twice
+            rec.log_remote_offset, rec.log_mirror_size = mirror.remote, mirror.size
             self.emit(LogChunk(step.id, data.decode("utf-8", "replace")))
             for line in follow.splitter.feed(data):
                 self._on_line(step.id, rec, line)
@@ -753,11 +763,12 @@ class Engine:
                 why = exit_info.get("reason")
                 if why == "cancelled":
                     status, reason = CANCELLED, "cancelled"
-                elif why == "agent_lost":
+                elif why == "agent_lost" and rec.exit_code is None:
+                    # Killed because its agent died. One that ran to an exit keeps that exit.
                     status, reason, message = (
                         LOST,
                         "agent_lost",
-                        "the agent died while this bound job ran",
+                        "the agent died while this bound job ran; it was stopped",
                     )
                 elif why == "timeout":
                     status, reason, message = FAILED, "timeout", f"killed after {step.timeout:.0f}s"
