@@ -23,8 +23,6 @@ from typing import Any
 from runbook import plan
 from runbook.agent_client import AgentError, ConnectionLost, HostSession
 from runbook.audit import AuditLog, redact
-from runbook.job_fate import ADVICE, FateUnknown, check_found, check_missing
-from runbook.mirror import LogMirror
 from runbook.events import (
     BLOCKED,
     CANCELLED,
@@ -49,8 +47,10 @@ from runbook.events import (
     RunStarted,
     StepChanged,
 )
+from runbook.job_fate import ADVICE, FateUnknown, check_found, check_missing
 from runbook.loader import LoadedRunbook
 from runbook.logsplit import LineSplitter, parse_record
+from runbook.mirror import LogMirror
 from runbook.schema import Step, StepSucceeded
 from runbook.state import RunState, RunStore, StepRecord, list_runs
 from runbook.transports import Transport, TransportError
