@@ -29,6 +29,7 @@ n, dt, code = int(n), float(dt), int(code)
 with open(os.path.join(work, "exec." + step), "a") as f:
     f.write("%d\\n" % os.getpid())
 def finish(*_):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one stop request is enough
     with open(os.path.join(work, "done." + step), "a") as f:
         f.write("ok\\n")
     sys.exit(0 if _ else code)
@@ -86,7 +87,7 @@ class Rig:
                 detach: {"true" if detach else "false"}
                 run: [python3, {self.work}/job.py, {self.work}, s{k}, "{lines}", "{dt}", "{code}", "{int(graceful)}"]
             """)
-            body += textwrap.indent(extra, "    ")
+            body += textwrap.indent(extra, "  ")
         return self.cli.runbook(body)
 
     # --- the client (engine + console in one process) -----------------------------------------
