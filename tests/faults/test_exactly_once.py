@@ -11,7 +11,6 @@ import time
 
 import pytest
 
-from runbook.mirror import LogMirror, _write_atomic, cursor_path, resume_point
 from tests.faults.jobrig import Rig, expected, wait_for
 
 TRIALS = 20
@@ -98,6 +97,8 @@ def test_console_and_mirror_once_across_agent_kills(tmp_path, tally):
 def test_resume_point_from_the_mirror_cursor(tmp_path, landed):
     """The three places a kill can land around one append (cursor written first), resumed
     exactly: the mirror's own size says which."""
+    from runbook.mirror import LogMirror, _write_atomic, cursor_path, resume_point
+
     path = tmp_path / "m.log"
     LogMirror(path, 0, 0).append(10, b"0123456789")
     if landed == "after the append":
