@@ -19,7 +19,9 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
+from remote_agent.procs import is_alive
 from tests.runbook.conftest import Cli
 
 JOB = """\
@@ -57,13 +59,19 @@ def wait_for(pred, timeout: float = 30.0, what: str = "condition", interval: flo
 class Rig:
     """One run's directories, its runbook and the processes to attack."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(
+        self, tmp: Path, cli: Any = None, spool: Path | None = None, host: str | None = None
+    ) -> None:
+        """The local transport by default; `cli`/`spool`/`host` for a box over SSH."""
         self.tmp = tmp
         self.work = tmp / "work"
         self.work.mkdir(parents=True, exist_ok=True)
         (self.work / "job.py").write_text(JOB)
-        self.cli = Cli(tmp)
-        self.spool = tmp / "spool"
+        self.cli = cli or Cli(tmp)
+        self.spool = spool or tmp / "spool"
+        self.host = host
+        self.find_agents: Any = None  # over SSH: the test sshd's tagged agents
+        self.name = f"faults-{os.getpid()}-{id(self) % 100000}"
         self.consoles: list[str] = []  # every client session's stdout
         self.proc: subprocess.Popen | None = None
         self._out: list[str] = []
@@ -79,7 +87,7 @@ class Rig:
         graceful: bool = False,
         extra: str = "",
     ) -> Path:
-        body = "name: faults\nsteps:\n"
+        body = f"name: {self.name}\n" + (f"host: {self.host}\n" if self.host else "") + "steps:\n"
         for k in range(steps):
             body += textwrap.dedent(f"""\
               - id: s{k}
@@ -123,10 +131,14 @@ class Rig:
         jobs = self.spool / "jobs"
         if not jobs.exists():
             return None
-        found = sorted(d for d in jobs.iterdir() if f".{step}." in d.name)
+        found = sorted(
+            d for d in jobs.iterdir() if f"-{self.name}-" in d.name and f".{step}." in d.name
+        )
         return found[-1] if found else None
 
     def agents(self) -> list[int]:
+        if self.find_agents is not None:
+            return self.find_agents()
         out = subprocess.run(
             ["pgrep", "-f", f"remote_agent serve --spool {self.spool}"],
             capture_output=True,
@@ -149,17 +161,22 @@ class Rig:
             return None
 
     def kill_jobs(self) -> None:
-        """What a reboot does to the box's processes."""
+        """What a reboot does to the box's processes (this rig's jobs only, verified by start
+        time so that a reused pid is never hit)."""
         jobs = self.spool / "jobs"
         for d in jobs.iterdir() if jobs.exists() else ():
+            if f"-{self.name}-" not in d.name:
+                continue
             for name in ("pgid", "pid"):
                 try:
-                    pid = int((d / name).read_text().split()[0])
-                    if name == "pgid":
-                        os.killpg(pid, signal.SIGKILL)
-                    else:
-                        os.kill(pid, signal.SIGKILL)
-                except (FileNotFoundError, ValueError, IndexError, ProcessLookupError):
+                    pid, start = (int(x) for x in (d / name).read_text().split()[:2])
+                except (FileNotFoundError, ValueError):
+                    continue
+                if not is_alive(pid, start):
+                    continue
+                try:
+                    os.killpg(pid, signal.SIGKILL) if name == "pgid" else os.kill(pid, 9)
+                except ProcessLookupError:
                     pass
 
     # --- counts ------------------------------------------------------------------------------

@@ -12,9 +12,11 @@ import time
 import pytest
 
 from tests.faults.jobrig import Rig, expected, wait_for
+from tests.ssh.conftest import box, box2, ssh_cli, ssh_keys  # noqa: F401, F811  (real sshd fixtures)
+from tests.ssh.sshd import agent_pids, ppid
 
 TRIALS = 20
-LINES, DT = 150, 0.008  # ~1.2 s of output per step: each kill lands mid-stream
+LINES, DT = 120, 0.006  # ~0.7 s of output per step: each kill lands mid-stream
 
 
 def _shown_this_session(rig: Rig, step: str) -> int:
@@ -89,6 +91,40 @@ def test_console_and_mirror_once_across_agent_kills(tmp_path, tally):
         rig.cleanup()
     for _, ok, _ in verdicts:
         tally.trial("agent kill -9: console + mirror once", ok)
+    bad = [why for _, ok, why in verdicts if not ok]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.sshd
+def test_console_and_mirror_once_across_ssh_cuts(ssh_cli, box, tmp_path, tally):  # noqa: F811
+    """Over a real sshd: the sshd session process is killed -9 once per step at a random
+    console line (the connection drops; the engine reconnects and reattaches)."""
+    rng = random.Random(10)
+    rig = Rig(tmp_path, cli=ssh_cli, spool=box.home / ".eagle-tui" / "spool", host="box")
+    rig.find_agents = lambda: agent_pids(box.tag)
+    rb = rig.runbook(TRIALS, LINES, DT, code=0)
+    steps = [f"s{k}" for k in range(TRIALS)]
+    try:
+        rig.start("run", str(rb), "--auto")
+        for s in steps:
+            at = rng.randint(1, LINES - 20)
+            wait_for(
+                lambda s=s, at=at: _shown_this_session(rig, s) >= at or rig.log_lines(s) >= LINES,
+                timeout=60,
+                what=f"{s} on the console",
+                interval=0.002,
+            )
+            for pid in rig.agents():
+                try:
+                    os.kill(ppid(pid), signal.SIGKILL)  # the agent's parent: the sshd session
+                except ProcessLookupError:
+                    pass
+        assert rig.finish(timeout=120) == 0, rig.consoles[-1][-3000:]
+        verdicts = _verdicts(rig, steps, 0)
+    finally:
+        rig.cleanup()
+    for _, ok, _ in verdicts:
+        tally.trial("SSH cut (sshd session kill -9): console + mirror once", ok)
     bad = [why for _, ok, why in verdicts if not ok]
     assert not bad, "\n".join(bad)
 
