@@ -709,6 +709,10 @@ class Engine:
         mirror = LogMirror(path, rec.log_remote_offset, rec.log_mirror_size)
         rec.log_remote_offset, rec.log_mirror_size = mirror.remote, mirror.size
         follow = _Follow(step.id, rec, path)
+        unshown = mirror.unshown()
+        if unshown:  # mirrored, but the client died while drawing it: draw it now, once
+            self.emit(LogChunk(step.id, unshown.decode("utf-8", "replace")))
+            mirror.mark_shown()
         session = await self.session(host)
         secrets = [s.encode() for s in self.secrets.values() if s]
 
@@ -718,6 +722,7 @@ class Engine:
             mirror.append(end, data)  # mirrored first, shown after: never shown twice
             rec.log_remote_offset, rec.log_mirror_size = mirror.remote, mirror.size
             self.emit(LogChunk(step.id, data.decode("utf-8", "replace")))
+            mirror.mark_shown()
             for line in follow.splitter.feed(data):
                 self._on_line(step.id, rec, line)
             self._save(force=False)

@@ -129,17 +129,26 @@ def test_console_and_mirror_once_across_ssh_cuts(ssh_cli, box, tmp_path, tally):
     assert not bad, "\n".join(bad)
 
 
-@pytest.mark.parametrize("landed", ["before the append", "after the append", "mid-append"])
+@pytest.mark.parametrize(
+    "landed",
+    ["before the append", "mid-append", "after the append, not drawn", "after the append, drawn"],
+)
 def test_resume_point_from_the_mirror_cursor(tmp_path, landed):
-    """The three places a kill can land around one append (cursor written first), resumed
-    exactly: the mirror's own size says which."""
+    """The places a kill can land around one append (cursor written first, `shown` after the
+    console drew it), resumed exactly: the mirror's size and the cursor say which."""
     from runbook.mirror import LogMirror, _write_atomic, cursor_path, resume_point
 
     path = tmp_path / "m.log"
     LogMirror(path, 0, 0).append(10, b"0123456789")
-    if landed == "after the append":
-        LogMirror(path, 0, 0).append(25, b"***")  # 15 remote bytes, redacted to 3
+    if landed.startswith("after the append"):
+        m = LogMirror(path, 0, 0)
+        m.append(25, b"***")  # 15 remote bytes, redacted to 3
+        if landed == "after the append, drawn":
+            m.mark_shown()
         assert resume_point(path, 0, 0) == (25, 13)
+        # drawn: nothing to draw again; not drawn (killed while drawing): drawn once on resume
+        want = b"" if landed.endswith("drawn") and "not" not in landed else b"***"
+        assert LogMirror(path, 0, 0).unshown() == want
         return
     _write_atomic(cursor_path(path), '{"before": [10, 10], "after": [25, 13]}')
     if landed == "mid-append":
