@@ -136,7 +136,7 @@ def test_console_and_mirror_once_across_ssh_cuts(ssh_cli, box, tmp_path, tally):
 def test_resume_point_from_the_mirror_cursor(tmp_path, landed):
     """The places a kill can land around one append (cursor written first, `shown` after the
     console drew it), resumed exactly: the mirror's size and the cursor say which."""
-    from runbook.mirror import LogMirror, _write_atomic, cursor_path, resume_point
+    from runbook.mirror import LogMirror, cursor_path, resume_point
 
     path = tmp_path / "m.log"
     LogMirror(path, 0, 0).append(10, b"0123456789")
@@ -150,7 +150,7 @@ def test_resume_point_from_the_mirror_cursor(tmp_path, landed):
         want = b"" if landed == "after the append, drawn" else b"***"
         assert LogMirror(path, 0, 0).unshown() == want
         return
-    _write_atomic(cursor_path(path), '{"before": [10, 10], "after": [25, 13]}')
+    cursor_path(path).write_text('{"before": [10, 10], "after": [25, 13], "shown": 10}')
     if landed == "mid-append":
         with open(path, "ab") as f:
             f.write(b"*")
