@@ -109,11 +109,26 @@ class AuditLog:
             "prev": self.head.hash,
         }
         record["hash"] = record_hash(record)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "ab") as f:
-            f.write(canonical(record) + b"\n")
-            f.flush()
-            os.fsync(f.fileno())
+        line = canonical(record) + b"\n"
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                end = os.lseek(fd, 0, os.SEEK_END)
+                try:
+                    view = memoryview(line)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                    os.fsync(fd)
+                except OSError:
+                    os.ftruncate(fd, end)  # no torn record left behind (ENOSPC mid-line)
+                    raise
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            from runbook.state import write_failed
+
+            raise write_failed(self.path, exc) from None
         self.head = Head(record["seq"], record["hash"])
         return record
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runbook import plan
+from runbook import audit_seal, box_claim, plan
 from runbook.agent_client import AgentError, ConnectionLost, HostSession
 from runbook.audit import AuditLog, redact
 from runbook.events import (
@@ -50,7 +50,7 @@ from runbook.events import (
 from runbook.loader import LoadedRunbook
 from runbook.logsplit import LineSplitter, parse_record
 from runbook.schema import Step, StepSucceeded
-from runbook.state import RunState, RunStore, StepRecord, list_runs
+from runbook.state import RunState, RunStore, StepRecord, choose_run_id, list_runs
 from runbook.transports import Transport, TransportError
 
 TOOL_VERSION = "eagle-tui 0.1.0"
@@ -115,7 +115,13 @@ class Engine:
         default_host: str | None = None,
         listeners: Iterable[Callable[[Event], None]] = (),
         stats: bool = False,
+        reload: Callable[[str], LoadedRunbook] | None = None,
+        accept_audit_break: bool = False,
+        new_run: bool = False,
     ) -> None:
+        self.new_run = new_run
+        self.reload = reload  # set: the run id is (re)chosen under the driver claim
+        self.accept_audit_break = accept_audit_break
         self.loaded = loaded
         self.rb = loaded.runbook
         self.state_dir = Path(state_dir)
@@ -221,9 +227,16 @@ class Engine:
 
     async def open(self, run_id: str) -> str:
         """Create the run, or resume it if its state exists; the run directory stays locked."""
+        await box_claim.hold(self)  # one driver per work on the box, before the run id
+        if self.reload is not None:
+            run_id = choose_run_id(self.state_dir, self.rb.name, self.new_run)
+            self.loaded = self.reload(run_id)
+            self.rb = self.loaded.runbook
         self.store = RunStore(self.state_dir, run_id)
         self.store.lock()
-        state = self.store.load()
+        box_head = await box_claim.box_head(self, run_id)
+        opened = audit_seal.check_run(self.store, box_head, self.accept_audit_break)
+        state = opened.state
         resumed = state is not None
         if state is None:
             now = time.time()
@@ -241,6 +254,8 @@ class Engine:
             state.steps.setdefault(s.id, StepRecord())
         self.state = state
         self.audit = AuditLog(self.store.audit_path, run_id, self.secrets.values())
+        for event, fields in opened.notes:
+            self.audit.append(event, **fields)
         info = {
             "runbook": {
                 "name": self.rb.name,
@@ -275,6 +290,7 @@ class Engine:
         else:
             self.audit.append("run.started", **info)
         self._save()
+        await box_claim.push_head(self)
         self.emit(RunStarted(run_id, self.rb.name, resumed, str(self.state_dir)))
         for sid, rec in state.steps.items():
             if sid in self.rb.step_ids:
@@ -309,11 +325,14 @@ class Engine:
         self.closed = True
         for t in self._stats_tasks:
             t.cancel()
+        await box_claim.push_head(self, clean=True)
         for session in self.sessions.values():
             await session.close()
         if self.store:
-            self._save()
-            self.store.unlock()
+            try:
+                self._save()
+            finally:
+                self.store.unlock()
 
     # ------------------------------------------------------------------ guards
     async def evaluate(self, step: Step, checks: list, phase: str) -> list[dict[str, Any]]:
@@ -369,6 +388,7 @@ class Engine:
         assert self.state
         for sid in plan.select(self.rb, start, only):
             status = await self.run_step(sid)
+            await box_claim.push_head(self)
             if status not in DONE:
                 return self.finish(EXIT_BLOCKED if status in (BLOCKED, PENDING) else EXIT_FAILED)
         return self.finish(EXIT_OK)

@@ -81,6 +81,14 @@ class RunLocked(Exception):
     pass
 
 
+class StateWriteError(Exception):
+    """The state dir cannot be written (ENOSPC, EROFS, ...); str() is the one line to show."""
+
+
+def write_failed(path: Path, exc: OSError) -> StateWriteError:
+    return StateWriteError(f"{path}: cannot write: {exc.strerror or exc}; nothing was half-written")
+
+
 class RunStore:
     def __init__(self, state_dir: Path, run_id: str) -> None:
         self.state_dir = Path(state_dir)
@@ -123,11 +131,15 @@ class RunStore:
     def save(self, state: RunState) -> None:
         state.updated_at = time.time()
         tmp = self.state_path.with_name(f"state.json.tmp.{os.getpid()}")
-        with open(tmp, "w") as f:
-            f.write(state.model_dump_json(indent=1))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.state_path)
+        try:
+            with open(tmp, "w") as f:
+                f.write(state.model_dump_json(indent=1))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.state_path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)  # the old state.json stays whole
+            raise write_failed(self.state_path, exc) from None
 
     def log_path(self, step_id: str, attempt: int) -> Path:
         return self.logs_dir / f"{step_id}.{attempt}.log"
@@ -157,7 +169,29 @@ def latest_run(state_dir: Path, runbook_name: str | None = None) -> RunState | N
     return runs[-1] if runs else None
 
 
+def unreadable_runs(state_dir: Path, runbook_name: str) -> list[str]:
+    """Run dirs of this runbook (by their id) with an audit but no readable state: such a run
+    must not vanish (the next start would re-run its steps); opening it explains the refusal."""
+    root = Path(state_dir) / "runs"
+    out = []
+    for d in sorted(root.iterdir()) if root.exists() else []:
+        if f"-{runbook_name}-" not in d.name:  # run ids are <stamp>-<name>-<hex>
+            continue
+        if not (d / "audit.jsonl").exists():
+            continue
+        try:
+            RunState.model_validate_json((d / "state.json").read_text())
+        except (ValueError, OSError):
+            out.append(d.name)
+    return out
+
+
 def choose_run_id(state_dir: Path, runbook_name: str, new_run: bool = False) -> str:
     """Resume the latest unfinished run of this runbook, else start a new one."""
-    prior = None if new_run else latest_run(state_dir, runbook_name)
+    if new_run:
+        return new_run_id(runbook_name)
+    broken = unreadable_runs(state_dir, runbook_name)
+    if broken:
+        return broken[-1]
+    prior = latest_run(state_dir, runbook_name)
     return prior.run_id if prior is not None and not prior.finished else new_run_id(runbook_name)
