@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import os
 import re
 import signal
@@ -37,6 +38,7 @@ from runbook.state import (
 from runbook.transports import TransportError
 from runbook.transports.factory import make_transport_factory
 
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 FINGERPRINT = re.compile(r"SHA256:[A-Za-z0-9+/]{43}=?")  # as `ssh-keygen -l` prints it
 
 
@@ -116,13 +118,19 @@ async def _run_headless(args: argparse.Namespace, engine: Engine, view, run_id: 
     except (AuditBreak, StateWriteError) as exc:
         _err(f"error: {exc}")
         code = EXIT_INVALID
+    except OSError as exc:  # a log mirror on a full disk: the same one line
+        if exc.errno not in FULL_DISK:
+            raise
+        _err(f"error: {exc.filename or engine.state_dir}: cannot write: {exc.strerror}")
+        code = EXIT_INVALID
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         try:
             await engine.close()
         except StateWriteError as exc:
-            _err(f"error: {exc}")
+            if code != EXIT_INVALID:  # one line: the first write that failed says it all
+                _err(f"error: {exc}")
             code = EXIT_INVALID
     return code
 

@@ -330,7 +330,8 @@ class Engine:
             await session.close()
         if self.store:
             try:
-                self._save()
+                if self.state is not None:  # None: open() refused before any state existed
+                    self._save()
             finally:
                 self.store.unlock()
 

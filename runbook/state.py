@@ -100,13 +100,19 @@ class RunStore:
         self._lock_fd: int | None = None
 
     def create_dirs(self) -> None:
-        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.logs_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise write_failed(self.logs_dir, exc) from None
         os.chmod(self.state_dir, 0o700) if self.state_dir.stat().st_uid == os.getuid() else None
 
     def lock(self) -> None:
         """One engine per run: a second `eagle-tui run` of the same run is refused, not interleaved."""
         self.create_dirs()
-        fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise write_failed(self.dir / "lock", exc) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -114,8 +120,12 @@ class RunStore:
             raise RunLocked(
                 f"run {self.run_id} is being driven by another eagle-tui process"
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, str(os.getpid()).encode())
+        except OSError as exc:
+            os.close(fd)
+            raise write_failed(self.dir / "lock", exc) from None
         self._lock_fd = fd
 
     def unlock(self) -> None:
