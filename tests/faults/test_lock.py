@@ -169,3 +169,53 @@ def test_two_drivers_over_ssh_one_runs(tmp_path, box, box2, ssh_keys, tally):  #
             assert ok, outs
     finally:
         kill_tagged(box.tag)
+
+
+def test_second_cockpit_on_a_locked_work_exits_4(tmp_path, monkeypatch, tally):
+    """The real cockpit (Textual, Pilot) as the second driver: the holder line, exit 4."""
+    import asyncio
+
+    from eagle_tui.app.main import build_app
+    from eagle_tui.app.screens.dialogs import ErrorScreen
+    from eagle_tui.cli import build_parser
+
+    monkeypatch.setenv("EAGLE_TUI_SPOOL", str(tmp_path / "box-spool"))
+    holder = Cli(tmp_path / "alice")
+    holder.env["EAGLE_TUI_SPOOL"] = str(tmp_path / "box-spool")
+    holder.tmp.mkdir()
+    side = tmp_path / "side"
+    rb = holder.runbook(RUNBOOK.format(host="", side=side).replace("sleep 1.5", "sleep 8"))
+    p = subprocess.Popen(holder.cmd("run", "--auto", "--quiet", str(rb)), env=holder.env)
+    try:
+        deadline = time.monotonic() + 20
+        while not side.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        state = tmp_path / "bob"
+        args = build_parser().parse_args(["run", str(rb), "--state-dir", str(state)])
+        for _ in range(3):
+            app = build_app(args, state, {}, {}, keymap_paths=[])
+
+            async def drive(app=app) -> None:
+                async with app.run_test(size=(120, 40)) as pilot:
+                    for _ in range(400):
+                        if isinstance(app.screen, ErrorScreen):
+                            break
+                        await pilot.pause(0.05)
+                    await pilot.press("enter")
+                    for _ in range(100):
+                        if app.return_value is not None:
+                            break
+                        await pilot.pause(0.05)
+
+            asyncio.run(drive())
+            ok = (
+                app.return_value == 4
+                and app.refusal is not None
+                and HOLDER.match("locked: " + app.refusal) is not None
+                and not (state / "runs").exists()
+            )
+            tally.trial("second cockpit on a driven work", ok)
+            assert ok, (app.return_value, app.refusal)
+    finally:
+        p.kill()
+        p.wait()
