@@ -5,7 +5,8 @@
 canonical_json = sorted keys, no whitespace, UTF-8. The first record's prev is 64 zeros. `seq`
 counts from 0 with no gaps. An edited, dropped, inserted or reordered record breaks the chain
 at that point; a dropped *tail* is caught by comparing with the head (seq, hash) recorded outside
-the file (the run's state file, and printed at the end of every run so it can be kept elsewhere).
+the file: the run's state file, the box's spool (`audit.head_set`, checked on every open by
+runbook/audit_seal.py), and printed at the end of every run so it can be kept elsewhere.
 """
 
 from __future__ import annotations

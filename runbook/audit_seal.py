@@ -251,3 +251,13 @@ def _broken(
         apply_derived(state, records)
     opened.state = state
     return opened
+
+
+def audit_status(state_dir: Path, run_id: str, step_id: str) -> str | None:
+    """What another run's audit says of a step (None if its chain does not verify): a
+    `step_succeeded` guard with `within:` trusts this, not that run's state.json."""
+    path = Path(state_dir) / "runs" / run_id / "audit.jsonl"
+    if not path.exists() or not audit_mod.verify(path).ok:
+        return None
+    rec = derived_steps(audit_mod.read_records(path)).get(step_id)
+    return rec.get("status") if rec else None

@@ -50,7 +50,7 @@ from runbook.events import (
 from runbook.loader import LoadedRunbook
 from runbook.logsplit import LineSplitter, parse_record
 from runbook.schema import Step, StepSucceeded
-from runbook.state import RunState, RunStore, StepRecord, choose_run_id, list_runs
+from runbook.state import RunState, RunStore, StepRecord, list_runs, rechoose_run_id
 from runbook.transports import Transport, TransportError
 
 TOOL_VERSION = "eagle-tui 0.1.0"
@@ -229,7 +229,7 @@ class Engine:
         """Create the run, or resume it if its state exists; the run directory stays locked."""
         await box_claim.hold(self)  # one driver per work on the box, before the run id
         if self.reload is not None:
-            run_id = choose_run_id(self.state_dir, self.rb.name, self.new_run)
+            run_id = rechoose_run_id(self.state_dir, self.rb.name, self.new_run, run_id)
             self.loaded = self.reload(run_id)
             self.rb = self.loaded.runbook
         self.store = RunStore(self.state_dir, run_id)
@@ -369,6 +369,7 @@ class Engine:
                     and other
                     and other.status == SUCCEEDED
                     and (other.ended_at or 0) >= horizon
+                    and audit_seal.audit_status(self.state_dir, run.run_id, check.step) == SUCCEEDED
                 ):
                     return {
                         "ok": True,

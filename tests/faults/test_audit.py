@@ -249,3 +249,20 @@ def test_enospc_on_state_dir(tmp_path, tally):
             assert ok, (free, out.returncode, out.stdout[-1500:], out.stderr)
         finally:
             subprocess.run(["umount", "-l", str(cli.state)])
+
+
+def test_edited_earlier_run_does_not_open_a_within_guard(base, tmp_path, tally):
+    """`step_succeeded` with `within:` looks at earlier runs: their audit decides, not state.json."""
+    for i in range(3):
+        cli, _, run = trial_copy(base, tmp_path / f"t{i}")
+        rb = cli.runbook(
+            RUNBOOK.format(work=cli.tmp / "work").replace("step: b}", "step: b, within: 3600}")
+        )
+        st = json.loads((run / "state.json").read_text())
+        st["steps"]["b"]["status"] = "succeeded"
+        st["steps"]["b"]["ended_at"] = st["updated_at"]
+        (run / "state.json").write_text(json.dumps(st))
+        out = cli("run", "--auto", "--new-run", "--only", "c", str(rb))
+        ok = out.returncode == 3 and count(cli.tmp / "work" / "c.count") == 0
+        tally.trial("state.json edited in an earlier run, within guard", ok)
+        assert ok, (out.stdout[-1500:], out.stderr)
