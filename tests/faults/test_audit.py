@@ -4,6 +4,7 @@ Real CLI, real local agent (its spool is "the box"). A base run is made once (st
 succeeds, `b` fails: the run stays unfinished and resumable); each trial copies it, attacks the
 copy, and resumes. Held = refused with one message naming the fault (exit 2, `a` not re-run,
 no traceback), or, for a torn last line, repaired with an audited record and resumed.
+Every trial runs (the tally counts them all); a test fails at its end if any broke.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ def forge(prev: dict, event: str, **fields) -> bytes:
 
 
 def test_dropped_tail_is_refused(base, tmp_path, tally):
+    breaks: list = []
     rng = random.Random(41)
     for i in range(6):
         cli, rb, run = trial_copy(base, tmp_path / f"t{i}")
@@ -100,10 +102,13 @@ def test_dropped_tail_is_refused(base, tmp_path, tally):
         out = cli("run", "--auto", str(rb))
         ok = refused(out, cli, "seq")
         tally.trial("audit tail dropped, resume", ok)
-        assert ok, out.stderr
+        if not ok:
+            breaks.append(out.stderr)
+    assert not breaks, breaks[:2]
 
 
 def test_forged_chained_record_is_refused(base, tmp_path, tally):
+    breaks: list = []
     for i in range(6):
         cli, rb, run = trial_copy(base, tmp_path / f"t{i}")
         audit = run / "audit.jsonl"
@@ -120,10 +125,13 @@ def test_forged_chained_record_is_refused(base, tmp_path, tally):
         out = cli("run", "--auto", str(rb))
         ok = refused(out, cli, "added outside eagle-tui")
         tally.trial("audit forged chained record, resume", ok)
-        assert ok, (verify.stdout, out.stderr)
+        if not ok:
+            breaks.append((verify.stdout, out.stderr))
+    assert not breaks, breaks[:2]
 
 
 def test_torn_last_line_is_repaired_and_audited(base, tmp_path, tally):
+    breaks: list = []
     rng = random.Random(7)
     for i in range(8):
         cli, rb, run = trial_copy(base, tmp_path / f"t{i}")
@@ -146,11 +154,14 @@ def test_torn_last_line_is_repaired_and_audited(base, tmp_path, tally):
             and count(cli.tmp / "work" / "b.count") == 1
         )
         tally.trial("audit torn last line, resume", ok)
-        assert ok, (out.stdout[-2000:], out.stderr, verify.stderr)
+        if not ok:
+            breaks.append((out.stdout[-2000:], out.stderr, verify.stderr))
+    assert not breaks, breaks[:2]
 
 
 @pytest.mark.parametrize("attack", ["emptied", "truncated", "edited"])
 def test_state_json_tampering_is_refused(base, tmp_path, tally, attack):
+    breaks: list = []
     rng = random.Random(attack)
     expect = {
         "emptied": "state.json is empty",
@@ -172,10 +183,13 @@ def test_state_json_tampering_is_refused(base, tmp_path, tally, attack):
         out = cli("run", "--auto", str(rb))
         ok = refused(out, cli, expect)
         tally.trial(f"state.json {attack}, resume", ok)
-        assert ok, out.stderr
+        if not ok:
+            breaks.append(out.stderr)
+    assert not breaks, breaks[:2]
 
 
 def test_override_is_audited_and_state_rederived(base, tmp_path, tally):
+    breaks: list = []
     for i, attack in enumerate(["edited", "emptied"]):
         cli, rb, run = trial_copy(base, tmp_path / f"t{i}")
         state = run / "state.json"
@@ -196,11 +210,14 @@ def test_override_is_audited_and_state_rederived(base, tmp_path, tally):
             and count(cli.tmp / "work" / "c.count") == 0
         )
         tally.trial("audit override flag, audited", ok)
-        assert ok, (out.stdout[-2000:], out.stderr)
+        if not ok:
+            breaks.append((out.stdout[-2000:], out.stderr))
+    assert not breaks, breaks[:2]
 
 
 def test_enospc_on_state_dir(tmp_path, tally):
     """A tiny tmpfs as the state dir, filled to a random level: one line, exit 2, files whole."""
+    breaks: list = []
     if shutil.which("mount") is None:
         pytest.skip("mount(8) missing")
     rng = random.Random(3)
@@ -246,13 +263,16 @@ def test_enospc_on_state_dir(tmp_path, tally):
                 )
             )
             tally.trial("ENOSPC on the state dir", ok)
-            assert ok, (free, out.returncode, out.stdout[-1500:], out.stderr)
+            if not ok:
+                breaks.append((free, out.returncode, out.stdout[-1500:], out.stderr))
         finally:
             subprocess.run(["umount", "-l", str(cli.state)])
+    assert not breaks, breaks[:2]
 
 
 def test_edited_earlier_run_does_not_open_a_within_guard(base, tmp_path, tally):
     """`step_succeeded` with `within:` looks at earlier runs: their audit decides, not state.json."""
+    breaks: list = []
     for i in range(3):
         cli, _, run = trial_copy(base, tmp_path / f"t{i}")
         rb = cli.runbook(
@@ -265,4 +285,6 @@ def test_edited_earlier_run_does_not_open_a_within_guard(base, tmp_path, tally):
         out = cli("run", "--auto", "--new-run", "--only", "c", str(rb))
         ok = out.returncode == 3 and count(cli.tmp / "work" / "c.count") == 0
         tally.trial("state.json edited in an earlier run, within guard", ok)
-        assert ok, (out.stdout[-1500:], out.stderr)
+        if not ok:
+            breaks.append((out.stdout[-1500:], out.stderr))
+    assert not breaks, breaks[:2]
