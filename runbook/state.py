@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import secrets as _secrets
 import time
 from datetime import datetime, timezone
@@ -185,8 +186,8 @@ def unreadable_runs(state_dir: Path, runbook_name: str) -> list[str]:
     root = Path(state_dir) / "runs"
     out = []
     for d in sorted(root.iterdir()) if root.exists() else []:
-        if f"-{runbook_name}-" not in d.name:  # run ids are <stamp>-<name>-<hex>
-            continue
+        if not re.fullmatch(rf"\d{{8}}T\d{{6}}Z-{re.escape(runbook_name)}-[0-9a-f]{{4}}", d.name):
+            continue  # run ids are <stamp>-<name>-<hex> (new_run_id)
         if not (d / "audit.jsonl").exists():
             continue
         try:
