@@ -177,7 +177,9 @@ class MaskBuilder:
         full = turns[0].text  # the group's longest text (its last turn)
         ids, offsets = self._encode(full)
         mask = [0] * len(ids)
-        points = sorted({p for t in turns for p in (t.start, t.answer_start, t.tail_start)})
+        points = sorted(
+            {p for t in turns for p in (t.start, t.answer_start, t.tail_start, len(t.text))}
+        )
         prefix_ids = self.tokenizer([full[:p] for p in points], add_special_tokens=False)[
             "input_ids"
         ]
@@ -196,7 +198,7 @@ class MaskBuilder:
             stats.turns += 1
             stats.reasoning_turns += t.has_reasoning
             lo_char = t.answer_start if self.reasoning == "mask" else t.start
-            merged = {p for p in (lo_char, t.tail_start) if p not in exact}
+            merged = {p for p in (lo_char, t.tail_start, len(t.text)) if p not in exact}
             stats.boundary_merges += len(merged)
             if offsets is not None:
                 stats.straddling_tokens += sum(1 for s, e in offsets for p in merged if s < p < e)
@@ -225,15 +227,19 @@ class MaskBuilder:
                 self._offsets_supported = False
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]), None
 
-    def _after_prompt(self, text: str, gen: str, pos: int, what: str) -> int:
-        """Where the generation prompt `gen` ends in `text`, before the probe at `pos`."""
-        at = text.rfind(gen, 0, pos)
-        if not gen or at < 0:
-            raise TemplateError(
-                f"the generation prompt {gen!r:.60} does not appear before the {what} when the "
-                "template renders the turn"
-            )
-        return at + len(gen)
+    def _after_prompt(self, text: str, gen: str, bare: str, pos: int, what: str) -> int:
+        """Where the generation prompt `gen` ends in `text`, before the probe at `pos` (with no
+        generation prompt: where the conversation before the turn ends)."""
+        if gen:
+            at = text.rfind(gen, 0, pos)
+            if at >= 0:
+                return at + len(gen)
+        elif text.startswith(bare) and len(bare) <= pos:
+            return len(bare)
+        raise TemplateError(
+            f"the generation prompt {gen!r:.60} does not appear before the {what} when the "
+            "template renders the turn"
+        )
 
     def _turn(self, messages: list[dict[str, Any]], i: int, ordinal: int) -> _Turn:
         prompt = self.render(messages[:i], add_generation_prompt=True)
@@ -248,12 +254,12 @@ class MaskBuilder:
         pos = probe.find(PROBE)
         if pos < 0 or probe.find(PROBE, pos + 1) >= 0:
             raise TemplateError("cannot locate the turn's content in its rendering")
-        head_end = self._after_prompt(probe, gen, pos, "content")
+        head_end = self._after_prompt(probe, gen, bare, pos, "content")
         before, tail = probe[head_end:pos], probe[pos + len(PROBE) :]
         if not tail:
             raise TemplateError("the template renders nothing after the turn's content")
         if reasoning and reasoning not in before:
-            before = reasoning + self._reasoning_follows(messages, i, gen, before)
+            before = reasoning + self._reasoning_follows(messages, i, gen, bare, before)
         if not self.render(messages[: i + 1], False).endswith(content + tail):
             raise TemplateError("the template renders the turn's content differently in place")
         text = prompt + before + content + tail
@@ -262,7 +268,7 @@ class MaskBuilder:
         return _Turn(ordinal, text, len(prompt), answer_start, tail_start, bool(reasoning))
 
     def _reasoning_follows(
-        self, messages: list[dict[str, Any]], i: int, gen: str, before: str
+        self, messages: list[dict[str, Any]], i: int, gen: str, bare: str, before: str
     ) -> str:
         """The template dropped this turn's reasoning: accept putting it right after the
         generation prompt only when the template itself renders reasoning that way for the same
@@ -283,7 +289,7 @@ class MaskBuilder:
                 f"{self.reasoning}: it would train a completion the model never produces); use a "
                 "template that renders it, or --reasoning drop"
             )
-        head_end = self._after_prompt(text, gen, r, "reasoning")
+        head_end = self._after_prompt(text, gen, bare, r, "reasoning")
         if text[head_end:r] or text[r + len(REASONING_PROBE) : c] != before:
             raise TemplateError(
                 "the chat template cannot render this turn's reasoning: it renders reasoning as "
