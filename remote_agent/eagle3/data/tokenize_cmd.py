@@ -209,6 +209,8 @@ def run(args: argparse.Namespace) -> int:
                     if where[3]:  # some turns refused; the others are written below
                         failures.append(where)
                     total.add(MaskStats(**stats))
+                    if not produced and not where[3]:  # no assistant turn: nothing to train
+                        dropped += 1
                     for rid, ids, mask in produced:
                         n_train = sum(mask)
                         if n_train == 0:
