@@ -136,7 +136,8 @@ def judge(tok, messages: list[dict[str, Any]], turns: str, reasoning: str) -> tu
                 cov.update(range(len(prompt) + len(quiet), len(seq)))
                 found.add(i)
     stray = any(
-        {k for k, m in enumerate(s.loss_mask) if m} != cov for s, cov in zip(samples, covered, strict=True)
+        {k for k, m in enumerate(s.loss_mask) if m} != cov
+        for s, cov in zip(samples, covered, strict=True)
     )
     if stray or (set(want) - refused) != found or (refused - set(want)):
         return "wrong", errors

@@ -42,7 +42,7 @@ def test_counts_table(kimi_tok, capsys):
 
 def test_reasoning_of_the_final_plain_turn_is_trained_after_the_open_think(kimi_tok):
     [s], stats, _ = MaskBuilder(kimi_tok, turns="last").build("c", CASES["single"])
-    text = kimi_tok.decode([t for t, m in zip(s.input_ids, s.loss_mask) if m])
+    text = kimi_tok.decode([t for t, m in zip(s.input_ids, s.loss_mask, strict=True) if m])
     assert text == "Greet back.</think>Hello!<|im_end|>"
     assert kimi_tok.decode(s.input_ids).endswith(
         "<|im_middle|><think>Greet back.</think>Hello!<|im_end|>"
