@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from runbook import plan
+from runbook import box_claim, plan
 from runbook.agent_client import AgentError
 from runbook.engine.constants import (
     EXIT_BLOCKED,
@@ -38,6 +38,7 @@ class RunnerMixin(EngineCore):
         assert self.state
         for sid in plan.select(self.rb, start, only):
             status = await self.run_step(sid)
+            await box_claim.push_head(self)
             if status not in DONE:
                 return self.finish(EXIT_BLOCKED if status in (BLOCKED, PENDING) else EXIT_FAILED)
         return self.finish(EXIT_OK)
