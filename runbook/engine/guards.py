@@ -8,6 +8,7 @@ from typing import Any
 from runbook.agent_client import AgentError
 from runbook.audit import redact
 from runbook.engine.core import EngineCore
+from runbook.engine.targets import verified_paths
 from runbook.events import (
     SUCCEEDED,
     GuardsEvaluated,
@@ -29,6 +30,7 @@ class GuardsMixin(EngineCore):
                     res = await self.call(self.host_of(step), "probe", check=check.probe())
                 except AgentError as exc:
                     res = {"ok": False, "observed": None, "message": f"probe failed: {exc.message}"}
+            self._verified.update(verified_paths(check, res))
             res = {"check": check.check, "title": check.title, **res}
             results.append(redact(res, self.secrets.values()))
         self.emit(GuardsEvaluated(step.id, phase, tuple(results)))

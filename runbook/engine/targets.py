@@ -1,0 +1,57 @@
+"""Delete targets: a destructive step's `removes:` become `removal_target` guards on the box.
+
+The agent resolves each target as the command will (remote_agent/targets.py) and refuses /,
+$HOME, the declared root (`removes_within:`) or an ancestor of it, a link out of that root,
+and any ancestor of an artifact a guard verified in this run (collected here as guards pass).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from runbook.engine.core import EngineCore
+from runbook.schema import Step
+
+# checks whose passing means "this file is a verified artifact": a delete must not contain it
+VERIFYING = frozenset({"manifest", "sha256", "jsonl_records", "path_exists"})
+
+
+@dataclass(frozen=True)
+class RemovalTarget:
+    """A guard built by the engine (not written in the runbook); quacks like a schema check."""
+
+    path: str
+    root: str | None
+    protected: set[str]  # the engine's live set: read when the probe is sent, not when built
+    check: str = "removal_target"
+
+    @property
+    def title(self) -> str:
+        return f"delete target {self.path}"
+
+    def probe(self) -> dict[str, Any]:
+        return {
+            "check": self.check,
+            "path": self.path,
+            "root": self.root,
+            "protected": sorted(self.protected),
+        }
+
+
+def verified_paths(check: Any, res: dict[str, Any]) -> list[str]:
+    """The artifacts a passing guard vouched for (its path; a manifest's described file too)."""
+    if not res.get("ok") or getattr(check, "check", None) not in VERIFYING:
+        return []
+    out = [check.path]
+    observed = res.get("observed")
+    if isinstance(observed, dict) and isinstance(observed.get("file"), str):
+        out.append(observed["file"])
+    return out
+
+
+class TargetsMixin(EngineCore):
+    def pre_checks(self, step: Step) -> list[Any]:
+        """The step's preconditions, then one removal_target guard per `removes:` path."""
+        targets = [RemovalTarget(p, step.removes_within, self._verified) for p in step.removes]
+        return [*step.preconditions, *targets]
