@@ -21,10 +21,14 @@ class GuardsMixin(EngineCore):
     """Evaluates preconditions, postconditions and skip_if checks."""
 
     async def evaluate(self, step: Step, checks: list, phase: str) -> list[dict[str, Any]]:
-        results = []
+        results: list[dict[str, Any]] = []
         for check in checks:
             if isinstance(check, StepSucceeded):
                 res = self._step_succeeded(check)
+            elif check.check == "dir_size" and any(
+                r["check"] == "removal_target" and not r["ok"] for r in results
+            ):  # never walk a refused target (it may be / or $HOME)
+                res = {"ok": False, "observed": None, "message": "not measured: target refused"}
             else:
                 try:
                     res = await self.call(self.host_of(step), "probe", check=check.probe())

@@ -52,6 +52,12 @@ def verified_paths(check: Any, res: dict[str, Any]) -> list[str]:
 
 class TargetsMixin(EngineCore):
     def pre_checks(self, step: Step) -> list[Any]:
-        """The step's preconditions, then one removal_target guard per `removes:` path."""
+        """The step's guards in evaluation order: those that verify artifacts (so the targets
+        know what to protect), one removal_target per `removes:` path, then the rest (so a
+        refused target is not walked by a dir_size guard)."""
         targets = [RemovalTarget(p, step.removes_within, self._verified) for p in step.removes]
-        return [*step.preconditions, *targets]
+        if not targets:
+            return list(step.preconditions)
+        first = [c for c in step.preconditions if c.check in VERIFYING | {"step_succeeded"}]
+        rest = [c for c in step.preconditions if c not in first]
+        return [*first, *targets, *rest]
