@@ -15,6 +15,7 @@ from runbook.events import (
     GuardsEvaluated,
     ProgressUpdate,
 )
+from runbook.job_fate import FateUnknown
 from runbook.schema import Step
 from runbook.state import StepRecord
 from runbook.transports import TransportError
@@ -32,7 +33,7 @@ class ServiceMixin(EngineCore):
             await self._ensure_started(step, rec, host, reattach)
         except GuardsChanged as exc:
             return self.block_changed(step, rec, exc)
-        except (AgentError, TransportError) as exc:
+        except (AgentError, TransportError, FateUnknown) as exc:
             return self._unreachable(step, rec, host, exc)
         follower = asyncio.ensure_future(self._follow(step, rec, host))
         started = time.monotonic()
