@@ -228,6 +228,7 @@ class Server:
             "boot_id": boot_id(),
             "pid": os.getpid(),
             "spool": str(self.spool.root),
+            "spool_id": self.spool.identity(),
             "capabilities": sorted([*self.ops, "shutdown"])
             + [f"check:{c}" for c in sorted(CHECKS)]
             + ["stats.persisted", "job.tree_kill_session"],

@@ -48,6 +48,8 @@ class StepRecord(BaseModel):
     log_remote_offset: int = 0
     log_mirror_size: int = 0
     log_file: str | None = None
+    # the agent spool's id when the job was launched: another id later means the spool was wiped
+    spool_id: str | None = None
     progress: dict[str, Any] | None = None
     command: Any = None
 
