@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from remote_agent.redact import StreamRedactor
 from runbook.engine.core import EngineCore
 from runbook.events import (
     LogChunk,
@@ -38,20 +39,32 @@ class LogMirrorMixin(EngineCore):
             f.truncate(rec.log_mirror_size)
         follow = _Follow(step.id, rec, path)
         session = await self.session(host)
-        secrets = [s.encode() for s in self.secrets.values() if s]
+        # streaming: a secret split across chunks (or in a line of any length) is still caught
+        redactor = StreamRedactor(self.secrets.values())
 
         def on_data(start: int, end: int, data: bytes) -> None:
-            for s in secrets:
-                data = data.replace(s, b"***")
+            data = redactor.feed(data)
             with open(path, "ab") as f:
                 f.write(data)
-            rec.log_remote_offset, rec.log_mirror_size = end, rec.log_mirror_size + len(data)
+            # bytes held back (a possible secret's start) are read again after a reattach
+            rec.log_remote_offset = end - redactor.pending
+            rec.log_mirror_size += len(data)
             self.emit(LogChunk(step.id, data.decode("utf-8", "replace")))
             for line in follow.splitter.feed(data):
                 self._on_line(step.id, rec, line)
             self._save(force=False)
 
         end = await session.follow_job(rec.job_id or "", rec.log_remote_offset, on_data)
+        held = redactor.pending
+        tail = redactor.flush()  # the job ended: what was held back is no secret
+        if tail:
+            with open(path, "ab") as f:
+                f.write(tail)
+            rec.log_remote_offset += held
+            rec.log_mirror_size += len(tail)
+            self.emit(LogChunk(step.id, tail.decode("utf-8", "replace")))
+            for line in follow.splitter.feed(tail):
+                self._on_line(step.id, rec, line)
         for line in follow.splitter.flush():
             self._on_line(step.id, rec, line)
         return end
