@@ -65,3 +65,79 @@ def test_unknown_tags_refused(tag: str, where: str, tally) -> None:
         held = any(p.startswith("rb.yaml:") and "tag" in p for p in exc.problems)
     tally.trial("unknown YAML tag in runbook", held)
     assert held
+
+
+# ---------------------------------------------------------------- merge: empty data, full disk
+EAGLE3 = [sys.executable, "-m", "remote_agent.eagle3"]
+
+
+def _eagle3(*args: object, timeout: int = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*EAGLE3, *map(str, args)], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _said(run: subprocess.CompletedProcess[str]) -> list[str]:
+    """What a person reads on stderr (progress records are for the engine)."""
+    return [ln for ln in run.stderr.strip().splitlines() if not ln.startswith("@@eagle3 ")]
+
+
+def _source(path: Path, n: int, seed: int) -> Path:
+    from tests.eagle3.data.eagle3_data_helpers import random_records, write_records
+
+    return write_records(path, random_records(n, seed=seed, prefix=f"r{seed}"), "orig")
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_empty_source_is_not_a_dataset(tmp_path: Path, seed: int, tally) -> None:
+    rnd = random.Random(seed)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    full = _source(tmp_path / "full.jsonl", rnd.randint(1, 20), seed)
+    # an empty source alone, or every record capped away
+    args = [f"a={empty}"] if seed % 2 else [f"a={full}", "--cap", "a=0"]
+    out = tmp_path / "m.jsonl"
+    run = _eagle3("merge", *args, "--out", out)
+    lines = _said(run)
+    held = run.returncode == 2 and len(lines) == 1 and not out.exists()
+    if seed < 4:  # deliberately empty: allowed, and verify still refuses it unless told the same
+        made = _eagle3("merge", *args, "--out", out, "--allow-empty")
+        check = _eagle3("verify", out)
+        ok = _eagle3("verify", out, "--allow-empty")
+        held = held and made.returncode == 0 and check.returncode != 0 and ok.returncode == 0
+    tally.trial("empty tokenized source passes merge + verify", held)
+    assert held, (run.returncode, run.stderr)
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path):
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)]).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)])
+
+
+def test_merge_on_a_full_disk(tmp_path: Path, tiny_disk: Path, tally) -> None:
+    src = _source(tmp_path / "src.jsonl", 400, 1)  # ~1 MB of JSONL: never fits in 256 KiB
+    rnd = random.Random(3)
+    for trial in range(20):
+        for p in tiny_disk.iterdir():  # a different amount of free space each trial
+            p.unlink()
+        (tiny_disk / "filler").write_bytes(b"x" * rnd.randint(0, 200_000))
+        out = tiny_disk / "m.jsonl"
+        run = _eagle3("merge", f"a={src}", "--out", out)
+        lines = _said(run)
+        left = sorted(p.name for p in tiny_disk.iterdir() if p.name != "filler")
+        held = (
+            run.returncode == 1
+            and len(lines) == 1
+            and "no space left" in lines[0]
+            and "Traceback" not in run.stderr
+            and left == []
+        )
+        tally.trial("ENOSPC during eagle3 merge", held)
+        assert held, (trial, run.returncode, run.stderr[-2000:], left)
