@@ -14,6 +14,7 @@ from runbook.events import (
     ProgressUpdate,
 )
 from runbook.logsplit import LineSplitter, parse_record
+from runbook.mirror import LogMirror
 from runbook.schema import Step
 from runbook.state import StepRecord
 
@@ -33,23 +34,25 @@ class LogMirrorMixin(EngineCore):
 
     async def _follow(self, step: Step, rec: StepRecord, host: str) -> dict[str, Any]:
         path = Path(rec.log_file or "")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # The mirror may hold bytes written after the last saved cursor: drop them, they come again.
-        with open(path, "ab") as f:
-            f.truncate(rec.log_mirror_size)
+        # Resume where the mirror durably ends: no byte is shown twice (runbook/mirror.py).
+        mirror = LogMirror(path, rec.log_remote_offset, rec.log_mirror_size)
+        rec.log_remote_offset, rec.log_mirror_size = mirror.remote, mirror.size
         follow = _Follow(step.id, rec, path)
+        unshown = mirror.unshown()
+        if unshown:  # mirrored, but the client died while drawing it: draw it now, once
+            self.emit(LogChunk(step.id, unshown.decode("utf-8", "replace")))
+            mirror.mark_shown()
         session = await self.session(host)
         # streaming: a secret split across chunks (or in a line of any length) is still caught
         redactor = StreamRedactor(self.secrets.values())
 
         def on_data(start: int, end: int, data: bytes) -> None:
             data = redactor.feed(data)
-            with open(path, "ab") as f:
-                f.write(data)
             # bytes held back (a possible secret's start) are read again after a reattach
-            rec.log_remote_offset = end - redactor.pending
-            rec.log_mirror_size += len(data)
+            mirror.append(end - redactor.pending, data)  # mirrored first, shown after
+            rec.log_remote_offset, rec.log_mirror_size = mirror.remote, mirror.size
             self.emit(LogChunk(step.id, data.decode("utf-8", "replace")))
+            mirror.mark_shown()
             for line in follow.splitter.feed(data):
                 self._on_line(step.id, rec, line)
             self._save(force=False)
@@ -58,11 +61,10 @@ class LogMirrorMixin(EngineCore):
         held = redactor.pending
         tail = redactor.flush()  # the job ended: what was held back is no secret
         if tail:
-            with open(path, "ab") as f:
-                f.write(tail)
-            rec.log_remote_offset += held
-            rec.log_mirror_size += len(tail)
+            mirror.append(mirror.remote + held, tail)
+            rec.log_remote_offset, rec.log_mirror_size = mirror.remote, mirror.size
             self.emit(LogChunk(step.id, tail.decode("utf-8", "replace")))
+            mirror.mark_shown()
             for line in follow.splitter.feed(tail):
                 self._on_line(step.id, rec, line)
         for line in follow.splitter.flush():
