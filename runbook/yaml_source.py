@@ -52,12 +52,34 @@ def _pos(node: yaml.Node) -> Pos:
     return Pos(node.start_mark.line + 1, node.start_mark.column + 1)
 
 
+MAX_NODES = 100_000  # a runbook has hundreds; aliases must not expand one into billions ("laughs")
+_STD_TAGS = {
+    "tag:yaml.org,2002:" + t
+    for t in ("str", "int", "float", "bool", "null", "map", "seq", "merge", "timestamp")
+}
+
+
 class _Builder:
     def __init__(self, doc: SourceDoc) -> None:
         self.doc = doc
         self.constructor = yaml.SafeLoader("")
+        self.nodes = 0
 
     def build(self, node: yaml.Node, path: Path_) -> Any:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise YamlError(
+                self.doc.file,
+                _pos(node),
+                f"more than {MAX_NODES} values after expanding aliases; "
+                "a runbook does not need this many (alias bomb?)",
+            )
+        if node.tag not in _STD_TAGS:
+            raise YamlError(
+                self.doc.file,
+                _pos(node),
+                f"unknown YAML tag {node.tag!r}; runbooks use plain values only",
+            )
         self.doc.positions[path] = _pos(node)
         if isinstance(node, yaml.MappingNode):
             self.constructor.flatten_mapping(node)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from remote_agent.redact import StreamRedactor
 from runbook.engine.core import EngineCore
 from runbook.events import (
     LogChunk,
@@ -42,12 +43,13 @@ class LogMirrorMixin(EngineCore):
             self.emit(LogChunk(step.id, unshown.decode("utf-8", "replace")))
             mirror.mark_shown()
         session = await self.session(host)
-        secrets = [s.encode() for s in self.secrets.values() if s]
+        # streaming: a secret split across chunks (or in a line of any length) is still caught
+        redactor = StreamRedactor(self.secrets.values())
 
         def on_data(start: int, end: int, data: bytes) -> None:
-            for s in secrets:
-                data = data.replace(s, b"***")
-            mirror.append(end, data)  # mirrored first, shown after: never shown twice
+            data = redactor.feed(data)
+            # bytes held back (a possible secret's start) are read again after a reattach
+            mirror.append(end - redactor.pending, data)  # mirrored first, shown after
             rec.log_remote_offset, rec.log_mirror_size = mirror.remote, mirror.size
             self.emit(LogChunk(step.id, data.decode("utf-8", "replace")))
             mirror.mark_shown()
@@ -57,6 +59,15 @@ class LogMirrorMixin(EngineCore):
 
         try:
             end = await session.follow_job(rec.job_id or "", rec.log_remote_offset, on_data)
+            held = redactor.pending
+            tail = redactor.flush()  # the job ended: what was held back is no secret
+            if tail:
+                mirror.append(mirror.remote + held, tail)
+                rec.log_remote_offset, rec.log_mirror_size = mirror.remote, mirror.size
+                self.emit(LogChunk(step.id, tail.decode("utf-8", "replace")))
+                mirror.mark_shown()
+                for line in follow.splitter.feed(tail):
+                    self._on_line(step.id, rec, line)
         finally:
             mirror.close()
         for line in follow.splitter.flush():

@@ -5,11 +5,34 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from runbook.transports import Endpoint, TransportError
 
 STREAM_LIMIT = 64 << 20  # a log event can carry 64 KiB of escaped text
+
+
+# What the agent (and so every job and probe) may inherit from the client's environment: no API
+# keys or tokens; a job gets a secret only through its step's declared `env`.
+_KEEP = {
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "TZ",
+    "TMPDIR",
+    "PYTHONPATH",
+    "TERM",
+    "SHELL",
+    "HF_HOME",
+}
+_KEEP_PREFIXES = ("LC_", "EAGLE_TUI_", "CUDA_", "XDG_")
+
+
+def scrubbed_env(environ: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in environ.items() if k in _KEEP or k.startswith(_KEEP_PREFIXES)}
 
 
 class _ProcessChannel:
@@ -50,7 +73,7 @@ class LocalTransport:
 
     async def open(self) -> _ProcessChannel:
         repo_root = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ)
+        env = scrubbed_env(os.environ)
         env["PYTHONPATH"] = repo_root + (
             os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
         )

@@ -87,3 +87,16 @@ def test_arbitrary_text(text):
 @given(st.binary(max_size=200))
 def test_arbitrary_bytes_as_text(data):
     _check(data.decode("utf-8", "replace"))
+
+
+TAGS = st.sampled_from(["", "!!python/object:os.system ", "!x ", "!!str ", "!!set ", "!!int "])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(TAGS, st.integers(1, 9)), min_size=1, max_size=6))
+def test_tags_and_alias_chains(levels):
+    """Tags anywhere and alias chains of any fan-out: a located error or a runbook, fast."""
+    lines = ["a0: &a0 lol"]
+    for d, (tag, width) in enumerate(levels, 1):
+        lines.append(f"a{d}: {tag}&a{d} [{', '.join([f'*a{d - 1}'] * width)}]")
+    _check("\n".join(lines) + "\nname: t\nsteps: []\n")

@@ -16,6 +16,8 @@ commit point that verify checks.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import hashlib
 import os
 import shutil
@@ -23,9 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from remote_agent.eagle3.errors import BadInput
+from remote_agent.eagle3.errors import BadInput, Failed
 
 if TYPE_CHECKING:  # heavy-ish modules stay out of `eagle3 --help`
+    from collections.abc import Iterator
+
     from remote_agent.eagle3.data.chunks import ChunkScanner
     from remote_agent.eagle3.data.manifest import SourceStats
     from remote_agent.eagle3.data.merge_worker import MergeOptions
@@ -60,6 +64,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=512,
         help="memory budget for the shuffle buffers in MiB (default 512)",
+    )
+    parser.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="write an empty dataset when no record survives (otherwise an error, exit 2)",
     )
     parser.add_argument("--prefix-ids", action="store_true", help="make ids unique as SOURCE/ID")
     parser.add_argument(
@@ -181,25 +190,35 @@ def run(args: argparse.Namespace) -> int:
     reader = BucketReader(workdir, n_buckets, budget)
     manifest_file = manifest_path(out)
     try:
-        first = _pass1(kept, scanners, stats, opts, workers, expected)
+        with _no_space_is_one_line(out):
+            first = _pass1(kept, scanners, stats, opts, workers, expected)
         thresholds: dict[str, int] = {}
         for name, cap in caps.items():
             if name in first.keys and len(first.keys[name]) > cap:
                 stats[name].capped = len(first.keys[name]) - cap
                 thresholds[name] = sorted(first.keys[name])[cap - 1] if cap else -1
         n_items = sum(len(k) for k in first.keys.values()) + len(first.drop)
+        survivors = sum(len(k) for k in first.keys.values()) - sum(s.capped for s in stats.values())
+        if survivors <= 0 and not args.allow_empty:
+            # an empty dataset would pass verify and every guard built on it: refuse, write nothing
+            raise BadInput(
+                f"no records to merge from {', '.join(str(s.path) for s in kept)} "
+                "(empty, or every record dropped); nothing written. Pass --allow-empty to mean it"
+            )
         first.keys.clear()
         manifest_file.unlink(missing_ok=True)  # never leave an old manifest describing new data
-        written = _pass2(
-            out, reader, [s.name for s in kept], stats, thresholds, first.drop, n_items
-        )
+        with _no_space_is_one_line(out):
+            written = _pass2(
+                out, reader, [s.name for s in kept], stats, thresholds, first.drop, n_items
+            )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
-    write_json_atomic(
-        index_path(out),
-        {"data_size": written.size, "data_sha256": written.sha256, "records": written.entries},
-    )
+    with _no_space_is_one_line(out):
+        write_json_atomic(
+            index_path(out),
+            {"data_size": written.size, "data_sha256": written.sha256, "records": written.entries},
+        )
     manifest = build_manifest(
         file=out.name,
         sha256=written.sha256,
@@ -209,7 +228,8 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         max_len=args.max_len,
     )
-    write_json_atomic(manifest_file, manifest)
+    with _no_space_is_one_line(out):
+        write_json_atomic(manifest_file, manifest)
     emit(
         "result",
         command="merge",
@@ -332,6 +352,20 @@ def _pass2(
         written.sha256 = sink.close()
     progress.finish()
     return written
+
+
+@contextlib.contextmanager
+def _no_space_is_one_line(out: Path) -> Iterator[None]:
+    """A full disk is one clear line (exit 1), not a traceback; atomic writes leave nothing half."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise Failed(
+            f"{out.parent}: no space left on device while merging ({exc.strerror}); no partial "
+            f"{out.name} was left (spill files removed). Free space and run merge again"
+        ) from None
 
 
 def _remove_stale_spills(out: Path) -> None:

@@ -31,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers", type=int, help="checking processes (default: CPUs available, at most 8)"
     )
+    parser.add_argument(
+        "--allow-empty", action="store_true", help="accept a dataset of 0 records (else exit 1)"
+    )
     vocab = parser.add_mutually_exclusive_group()
     vocab.add_argument("--tokenizer", type=Path, help="also check ids are in this vocabulary")
     vocab.add_argument("--vocab-size", type=int, help="also check ids are below this")
@@ -203,5 +206,10 @@ def run(args: argparse.Namespace) -> int:
     except Discrepancy as exc:
         emit("result", command="verify", ok=False, file=str(data), discrepancy=str(exc))
         raise
+    if summary["records"] == 0 and not args.allow_empty:
+        # guards (e.g. before deleting the sources) must not pass on an empty dataset
+        message = f"{data}: 0 records; an empty dataset does not verify (--allow-empty to accept)"
+        emit("result", command="verify", ok=False, file=str(data), discrepancy=message)
+        raise Discrepancy(message)
     emit("result", command="verify", ok=True, file=str(data), vocab_size=vocab, **summary)
     return 0
