@@ -17,6 +17,7 @@ from typing import Any
 
 from textual.app import App, SystemCommand
 from textual.css.query import NoMatches
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
@@ -60,6 +61,18 @@ OPERATOR_ERRORS = (ValueError, KeyError)  # refused actions (e.g. skipping a run
 class CockpitApp(EngineActions, HostTrust, App[int]):
     CSS_PATH = Path(__file__).parent / "cockpit.tcss"  # absolute: subclasses live elsewhere
     TITLE = "eagle-tui"
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
+        """Toasts carry user strings (step ids, paths, errors) and never our markup: literal."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
 
     def __init__(
         self,
