@@ -14,6 +14,8 @@ import signal
 import sys
 from pathlib import Path
 
+from rich.text import Text
+
 from runbook import audit as audit_mod
 from runbook.engine import (
     EXIT_FAILED,
@@ -22,8 +24,9 @@ from runbook.engine import (
     Engine,
     headless_confirmer,
 )
+from runbook.events import RUNNING
 from runbook.loader import RunbookError, load_runbook, parse_overrides, read_secrets
-from runbook.state import RunState, choose_run_id, default_state_dir, list_runs
+from runbook.state import RunState, choose_run_id, default_state_dir, latest_run, list_runs
 from runbook.transports import TransportError
 from runbook.transports.factory import make_transport_factory
 
@@ -48,6 +51,36 @@ def find_run(state_dir: Path, ref: str | None) -> RunState:
     if len(matches) != 1:
         raise LookupError(f"{'no' if not matches else 'several'} runs match {ref!r} in {state_dir}")
     return matches[0]
+
+
+def pick_run_id(state_dir: Path, runbook_name: str, args: argparse.Namespace) -> str:
+    """`--run ID` (a prefix will do) opens that run of this runbook; `--new-run` starts one and
+    warns about older runs whose steps are still running (the new run does not follow them)."""
+    if getattr(args, "run", None) == "latest":  # the latest run, finished or not (`make tui`)
+        prior = latest_run(state_dir, runbook_name)
+        return prior.run_id if prior is not None else choose_run_id(state_dir, runbook_name)
+    if getattr(args, "run", None):
+        try:
+            run = find_run(state_dir, args.run)
+        except LookupError as exc:
+            raise RunbookError([f"--run {args.run}: {exc}"]) from None
+        if run.runbook_name != runbook_name:
+            raise RunbookError(
+                [
+                    f"--run {args.run}: run {run.run_id} is of runbook {run.runbook_name!r}, "
+                    f"not {runbook_name!r}"
+                ]
+            )
+        return run.run_id
+    if args.new_run:
+        for old in list_runs(state_dir, runbook_name):
+            live = [sid for sid, r in old.steps.items() if r.status == RUNNING]
+            if live:
+                _err(
+                    f"warning: run {old.run_id} still has running steps: {', '.join(live)}; "
+                    f"the new run does not follow them (open that run with --run {old.run_id})"
+                )
+    return choose_run_id(state_dir, runbook_name, args.new_run)
 
 
 # ---------------------------------------------------------------------- validate
@@ -126,6 +159,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 [f"--trust-host {fp}: expected SHA256:<43 characters>" for fp in bad]
             )
         secrets = read_secrets(probe.runbook)
+        run_id = pick_run_id(state_dir, probe.runbook.name, args)
     except RunbookError as exc:
         for p in exc.problems:
             _err(p)
@@ -134,9 +168,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.auto and not args.dry_run:
         from eagle_tui.app.main import run_app  # imported only for the TUI
 
-        return run_app(args, state_dir, overrides, secrets)
+        return run_app(args, state_dir, overrides, secrets, run_id=run_id)
 
-    run_id = choose_run_id(state_dir, probe.runbook.name, args.new_run)
     loaded = load_runbook(args.runbook, overrides, run_id=run_id, state_dir=state_dir)
     from eagle_tui.headless import HeadlessView
 
@@ -204,6 +237,44 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
     Console().print(table)
     print(f"audit head: seq {run.audit_seq} sha256 {run.audit_head}")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------- runs
+def run_status(run: RunState) -> str:
+    if run.finished:
+        return f"finished (exit {run.exit_code})"
+    counts: dict[str, int] = {}
+    for rec in run.steps.values():
+        counts[rec.status] = counts.get(rec.status, 0) + 1
+    return "unfinished: " + ", ".join(f"{n} {st}" for st, n in counts.items())
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    """Every run in the state dir, oldest first: id, runbook, started, status, running steps."""
+    import datetime
+
+    from rich.console import Console
+    from rich.table import Table
+
+    runs = list_runs(_state_dir(args))
+    if not runs:
+        print(f"no runs in {_state_dir(args)}")
+        return EXIT_OK
+    table = Table(header_style="bold")
+    for col in ("run", "runbook", "started (UTC)", "status", "running steps"):
+        table.add_column(col, overflow="fold")  # ids are never cut, even when piped
+    for run in runs:
+        started = datetime.datetime.fromtimestamp(run.created_at, datetime.UTC)
+        live = [sid for sid, r in run.steps.items() if r.status == RUNNING]
+        table.add_row(
+            Text(run.run_id),
+            Text(run.runbook_name),
+            started.strftime("%Y-%m-%d %H:%M"),
+            run_status(run),
+            Text(", ".join(live), style="yellow"),
+        )
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
     return EXIT_OK
 
 
@@ -287,8 +358,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--host", help="default host for steps without their own (overrides the runbook's host)"
     )
-    p.add_argument(
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
         "--new-run", action="store_true", help="start a new run instead of resuming the latest"
+    )
+    which.add_argument(
+        "--run",
+        metavar="ID",
+        help="open this run: an id, a unique prefix or `latest` (see `eagle-tui runs`)",
     )
     p.add_argument("--quiet", action="store_true", help="do not stream job logs")
     p.add_argument(
@@ -300,6 +377,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts)")
     p.add_argument("--ssh-config", help="ssh config file (default ~/.ssh/config)")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "runs", parents=[common], help="list the runs: id, runbook, status, live steps"
+    )
+    p.set_defaults(func=cmd_runs)
 
     p = sub.add_parser(
         "status", parents=[common], help="show a run's steps (default: the latest run)"

@@ -72,7 +72,7 @@ HELP = {
     "dry_run": "Evaluate every guard now and show the observed values; changes nothing",
     "export_audit": "Export the audit log as Markdown, JSONL or CSV",
     "toggle_curves": "Switch between the live log and the training curves",
-    "quit_app": "Quit; jobs keep running and the next `eagle-tui run` reattaches",
+    "quit_app": "Quit; asks first while a bound step runs (it dies); detached jobs keep running",
 }
 
 
