@@ -16,15 +16,17 @@ from pathlib import Path
 
 from rich.text import Text
 
+from eagle_tui import __version__
 from runbook import audit as audit_mod
 from runbook.engine import (
+    EXIT_BLOCKED,
     EXIT_FAILED,
     EXIT_INVALID,
     EXIT_OK,
     Engine,
     headless_confirmer,
 )
-from runbook.events import RUNNING
+from runbook.events import BLOCKED, RUNNING, TERMINAL_BAD
 from runbook.loader import RunbookError, load_runbook, parse_overrides, read_secrets
 from runbook.state import RunState, choose_run_id, default_state_dir, latest_run, list_runs
 from runbook.transports import TransportError
@@ -211,9 +213,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     except LookupError as exc:
         _err(str(exc))
         return EXIT_INVALID
-    if args.json:
+    if args.json:  # for scripts: the statuses are in the JSON; 0 means it was printed
         print(run.model_dump_json(indent=1))
         return EXIT_OK
+    code = status_exit_code(run)
     from rich.console import Console
     from rich.table import Table
 
@@ -222,7 +225,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     table = Table(title=f"run {run.run_id} · runbook {run.runbook_name}", header_style="bold")
     for col in ("", "step", "status", "reason", "attempt", "exit", "duration", "progress"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")  # ids are never cut with "…", even when piped
     for sid, rec in run.steps.items():
         dur = (rec.ended_at - rec.started_at) if rec.started_at and rec.ended_at else None
         table.add_row(
@@ -235,9 +238,17 @@ def cmd_status(args: argparse.Namespace) -> int:
             format_duration(dur) if dur else "",
             progress_text(rec.progress) if rec.progress else "",
         )
-    Console().print(table)
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
     print(f"audit head: seq {run.audit_seq} sha256 {run.audit_head}")
-    return EXIT_OK
+    return code
+
+
+def status_exit_code(run: RunState) -> int:
+    """As `run` exits: 1 when a step failed, was lost or cancelled; 3 when one is blocked; else 0."""
+    statuses = {r.status for r in run.steps.values()}
+    if statuses & set(TERMINAL_BAD):
+        return EXIT_FAILED
+    return EXIT_BLOCKED if BLOCKED in statuses else EXIT_OK
 
 
 # ---------------------------------------------------------------------- runs
@@ -321,6 +332,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="eagle-tui", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"eagle-tui {__version__}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--state-dir",
@@ -384,7 +396,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_runs)
 
     p = sub.add_parser(
-        "status", parents=[common], help="show a run's steps (default: the latest run)"
+        "status",
+        parents=[common],
+        help="show a run's steps (default: the latest run); exit 1 when a step failed, 3 blocked "
+        "(--json: 0)",
     )
     p.add_argument("run", nargs="?")
     p.add_argument("--json", action="store_true")
