@@ -15,6 +15,7 @@ from textual.strip import Strip
 from textual.widgets import Log
 
 from eagle_tui.app.widgets.logs.feed import LogFeed, read_tail
+from eagle_tui.app.widgets.logs.readable import readable
 
 MAX_LINES = 5000  # scrollback kept in the widget
 MAX_BATCH = 2000  # lines per flush: ~20k lines/s shown in full; beyond, skipped with a marker
@@ -106,4 +107,4 @@ class LiveLog(Log):
 
     def _write(self, lines: list[str]) -> None:
         self.shown_lines += len(lines)
-        self.write_lines(lines)
+        self.write_lines([readable(x) for x in lines])
