@@ -22,7 +22,7 @@ demo: setup
 	$(VENV)/bin/eagle-tui run runbooks/demo.yaml --auto --yes --new-run
 
 tui: setup
-	$(VENV)/bin/eagle-tui run runbooks/demo.yaml
+	$(VENV)/bin/eagle-tui run runbooks/demo.yaml --run latest
 
 system-deps:
 	./.ci/system-deps

@@ -16,16 +16,21 @@ import signal
 import sys
 from pathlib import Path
 
+from rich.text import Text
+
+from eagle_tui import __version__
 from runbook import audit as audit_mod
 from runbook.audit_seal import AuditBreak
 from runbook.box_claim import EXIT_LOCKED, DriverLocked
 from runbook.engine import (
+    EXIT_BLOCKED,
     EXIT_FAILED,
     EXIT_INVALID,
     EXIT_OK,
     Engine,
     headless_confirmer,
 )
+from runbook.events import BLOCKED, RUNNING, TERMINAL_BAD
 from runbook.loader import RunbookError, load_runbook, parse_overrides, read_secrets
 from runbook.state import (
     RunLocked,
@@ -33,6 +38,7 @@ from runbook.state import (
     StateWriteError,
     choose_run_id,
     default_state_dir,
+    latest_run,
     list_runs,
 )
 from runbook.transports import TransportError
@@ -60,6 +66,36 @@ def find_run(state_dir: Path, ref: str | None) -> RunState:
     if len(matches) != 1:
         raise LookupError(f"{'no' if not matches else 'several'} runs match {ref!r} in {state_dir}")
     return matches[0]
+
+
+def pick_run_id(state_dir: Path, runbook_name: str, args: argparse.Namespace) -> str:
+    """`--run ID` (a prefix will do) opens that run of this runbook; `--new-run` starts one and
+    warns about older runs whose steps are still running (the new run does not follow them)."""
+    if getattr(args, "run", None) == "latest":  # the latest run, finished or not (`make tui`)
+        prior = latest_run(state_dir, runbook_name)
+        return prior.run_id if prior is not None else choose_run_id(state_dir, runbook_name)
+    if getattr(args, "run", None):
+        try:
+            run = find_run(state_dir, args.run)
+        except LookupError as exc:
+            raise RunbookError([f"--run {args.run}: {exc}"]) from None
+        if run.runbook_name != runbook_name:
+            raise RunbookError(
+                [
+                    f"--run {args.run}: run {run.run_id} is of runbook {run.runbook_name!r}, "
+                    f"not {runbook_name!r}"
+                ]
+            )
+        return run.run_id
+    if args.new_run:
+        for old in list_runs(state_dir, runbook_name):
+            live = [sid for sid, r in old.steps.items() if r.status == RUNNING]
+            if live:
+                _err(
+                    f"warning: run {old.run_id} still has running steps: {', '.join(live)}; "
+                    f"the new run does not follow them (open that run with --run {old.run_id})"
+                )
+    return choose_run_id(state_dir, runbook_name, args.new_run)
 
 
 # ---------------------------------------------------------------------- validate
@@ -154,6 +190,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 [f"--trust-host {fp}: expected SHA256:<43 characters>" for fp in bad]
             )
         secrets = read_secrets(probe.runbook)
+        run_id = pick_run_id(state_dir, probe.runbook.name, args)
     except RunbookError as exc:
         for p in exc.problems:
             _err(p)
@@ -162,9 +199,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.auto and not args.dry_run:
         from eagle_tui.app.main import run_app  # imported only for the TUI
 
-        return run_app(args, state_dir, overrides, secrets)
+        return run_app(args, state_dir, overrides, secrets, run_id=run_id)
 
-    run_id = choose_run_id(state_dir, probe.runbook.name, args.new_run)
     loaded = load_runbook(args.runbook, overrides, run_id=run_id, state_dir=state_dir)
     from eagle_tui.headless import HeadlessView
 
@@ -209,9 +245,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     except LookupError as exc:
         _err(str(exc))
         return EXIT_INVALID
-    if args.json:
+    if args.json:  # for scripts: the statuses are in the JSON; 0 means it was printed
         print(run.model_dump_json(indent=1))
         return EXIT_OK
+    code = status_exit_code(run)
     from rich.console import Console
     from rich.table import Table
 
@@ -220,7 +257,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     table = Table(title=f"run {run.run_id} · runbook {run.runbook_name}", header_style="bold")
     for col in ("", "step", "status", "reason", "attempt", "exit", "duration", "progress"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")  # ids are never cut with "…", even when piped
     for sid, rec in run.steps.items():
         dur = (rec.ended_at - rec.started_at) if rec.started_at and rec.ended_at else None
         table.add_row(
@@ -233,8 +270,54 @@ def cmd_status(args: argparse.Namespace) -> int:
             format_duration(dur) if dur else "",
             progress_text(rec.progress) if rec.progress else "",
         )
-    Console().print(table)
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
     print(f"audit head: seq {run.audit_seq} sha256 {run.audit_head}")
+    return code
+
+
+def status_exit_code(run: RunState) -> int:
+    """As `run` exits: 1 when a step failed, was lost or cancelled; 3 when one is blocked; else 0."""
+    statuses = {r.status for r in run.steps.values()}
+    if statuses & set(TERMINAL_BAD):
+        return EXIT_FAILED
+    return EXIT_BLOCKED if BLOCKED in statuses else EXIT_OK
+
+
+# ---------------------------------------------------------------------- runs
+def run_status(run: RunState) -> str:
+    if run.finished:
+        return f"finished (exit {run.exit_code})"
+    counts: dict[str, int] = {}
+    for rec in run.steps.values():
+        counts[rec.status] = counts.get(rec.status, 0) + 1
+    return "unfinished: " + ", ".join(f"{n} {st}" for st, n in counts.items())
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    """Every run in the state dir, oldest first: id, runbook, started, status, running steps."""
+    import datetime
+
+    from rich.console import Console
+    from rich.table import Table
+
+    runs = list_runs(_state_dir(args))
+    if not runs:
+        print(f"no runs in {_state_dir(args)}")
+        return EXIT_OK
+    table = Table(header_style="bold")
+    for col in ("run", "runbook", "started (UTC)", "status", "running steps"):
+        table.add_column(col, overflow="fold")  # ids are never cut, even when piped
+    for run in runs:
+        started = datetime.datetime.fromtimestamp(run.created_at, datetime.UTC)
+        live = [sid for sid, r in run.steps.items() if r.status == RUNNING]
+        table.add_row(
+            Text(run.run_id),
+            Text(run.runbook_name),
+            started.strftime("%Y-%m-%d %H:%M"),
+            run_status(run),
+            Text(", ".join(live), style="yellow"),
+        )
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
     return EXIT_OK
 
 
@@ -281,6 +364,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="eagle-tui", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"eagle-tui {__version__}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--state-dir",
@@ -318,8 +402,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--host", help="default host for steps without their own (overrides the runbook's host)"
     )
-    p.add_argument(
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
         "--new-run", action="store_true", help="start a new run instead of resuming the latest"
+    )
+    which.add_argument(
+        "--run",
+        metavar="ID",
+        help="open this run: an id, a unique prefix or `latest` (see `eagle-tui runs`)",
     )
     p.add_argument("--quiet", action="store_true", help="do not stream job logs")
     p.add_argument(
@@ -338,7 +428,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(
-        "status", parents=[common], help="show a run's steps (default: the latest run)"
+        "runs", parents=[common], help="list the runs: id, runbook, status, live steps"
+    )
+    p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser(
+        "status",
+        parents=[common],
+        help="show a run's steps (default: the latest run); exit 1 when a step failed, 3 blocked "
+        "(--json: 0)",
     )
     p.add_argument("run", nargs="?")
     p.add_argument("--json", action="store_true")

@@ -17,6 +17,7 @@ from typing import Any
 
 from textual.app import App, SystemCommand
 from textual.css.query import NoMatches
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
@@ -30,8 +31,9 @@ from eagle_tui.app.actions import (
 )
 from eagle_tui.app.hostkeys import unknown_host_key
 from eagle_tui.app.messages import EngineEvent
+from eagle_tui.app.quitting import LiveWork, ask_text, live_work
 from eagle_tui.app.screens.confirm import ConfirmScreen
-from eagle_tui.app.screens.dialogs import ErrorScreen
+from eagle_tui.app.screens.dialogs import AskScreen, ErrorScreen
 from eagle_tui.app.screens.main import ACTIONS, HELP, MainScreen
 from eagle_tui.app.trust import HostTrust
 from eagle_tui.app.widgets.progress.metrics import StepMetrics, scan_metrics
@@ -63,6 +65,18 @@ class CockpitApp(EngineActions, HostTrust, App[int]):
     CSS_PATH = Path(__file__).parent / "cockpit.tcss"  # absolute: subclasses live elsewhere
     TITLE = "eagle-tui"
 
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
+        """Toasts carry user strings (step ids, paths, errors) and never our markup: literal."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
+
     def __init__(
         self,
         engine: Engine,
@@ -93,6 +107,7 @@ class CockpitApp(EngineActions, HostTrust, App[int]):
         self.driving: dict[str, Worker] = {}
         self.opened = False
         self.closing = False
+        self.quit_work: LiveWork | None = None
         self._trust_offered: set[tuple[str, str]] = set()
         self.main = MainScreen()
         engine.listeners.append(self.engine_listener)
@@ -269,8 +284,25 @@ class CockpitApp(EngineActions, HostTrust, App[int]):
 
     # ------------------------------------------------------------------ quitting
     def request_quit(self) -> None:
+        """Quit; while a bound step runs, first ask, naming what dies and what survives."""
+        if self.closing or isinstance(self.screen, AskScreen):
+            return
+        work = live_work(self.engine)
+        if not work.bound:
+            self._start_quit(work)
+            return
+        title, body = ask_text(work)
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._start_quit(live_work(self.engine))
+
+        self.push_screen(AskScreen(title, body, yes="Quit and kill", no="Keep running"), answered)
+
+    def _start_quit(self, work: LiveWork) -> None:
         if not self.closing:
             self.closing = True
+            self.quit_work = work  # what the farewell lines report (the state still says running)
             self.run_worker(self._quit(), name="quit", group="quit", exit_on_error=False)
 
     async def action_quit(self) -> None:
@@ -311,8 +343,8 @@ class CockpitApp(EngineActions, HostTrust, App[int]):
         return 3 if BLOCKED in statuses else 0
 
     def jobs_left_running(self) -> list[str]:
-        state = self.engine.state
-        return [sid for sid, r in state.steps.items() if r.status == RUNNING] if state else []
+        """The detached steps still running on the box (bound ones die with the cockpit)."""
+        return (self.quit_work or live_work(self.engine)).detached
 
     # ------------------------------------------------------------------ command palette
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:

@@ -6,9 +6,10 @@ import shlex
 from collections.abc import Iterable
 from typing import Any
 
-from rich.markup import escape
 from rich.text import Text
+from textual.content import Content
 
+from eagle_tui.app.literal import markup
 from runbook.events import RUNNING
 from runbook.state import StepRecord
 from runbook.units import format_duration, format_size
@@ -75,13 +76,19 @@ def guard_summary(guards: Iterable[dict[str, Any]]) -> Text:
     return Text(f"✓{len(guards)}", style="green")
 
 
-def guard_lines(guards: Iterable[dict[str, Any]], phase: str | None = None) -> list[str]:
-    """Markup lines, one per guard: mark, check, message, then its observed values."""
+def guard_lines(guards: Iterable[dict[str, Any]], phase: str | None = None) -> list[Content]:
+    """Lines, one pair per guard: mark, check, message, then its observed values (all literal)."""
     out = []
     for g in guards:
         mark = "[green]✓[/]" if g.get("ok") else "[red]✗[/]"
-        label = escape(str(g.get("title") or g.get("check")))
-        prefix = f"[dim]{escape(phase)}[/] " if phase else ""
-        out.append(f"  {mark} {prefix}[b]{label}[/]: {escape(str(g.get('message') or ''))}")
-        out.append(f"      [dim]observed: {escape(observed_text(g.get('observed')))}[/]")
+        prefix = "[dim]$phase[/] " if phase else ""
+        out.append(
+            markup(
+                f"  {mark} {prefix}[b]$label[/]: $message",
+                phase=phase or "",
+                label=g.get("title") or g.get("check"),
+                message=g.get("message") or "",
+            )
+        )
+        out.append(markup("      [dim]observed: $v[/]", v=observed_text(g.get("observed"))))
     return out

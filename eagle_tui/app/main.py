@@ -11,10 +11,11 @@ from pathlib import Path
 
 from eagle_tui.app.app import CockpitApp
 from eagle_tui.app.keymap import load_keymap
+from eagle_tui.app.quitting import farewell, live_work
 from eagle_tui.app.screens.main import ACTIONS
+from eagle_tui.cli import pick_run_id
 from runbook.engine import Engine
 from runbook.loader import load_runbook
-from runbook.state import choose_run_id
 from runbook.transports.factory import make_transport_factory
 
 BINDING_IDS = {bid for *_, bid in ACTIONS}
@@ -36,8 +37,8 @@ def build_app(
     transports=None,
 ) -> CockpitApp:
     probe = load_runbook(args.runbook, overrides)
-    explicit = run_id is not None
-    run_id = run_id or choose_run_id(state_dir, probe.runbook.name, args.new_run)
+    explicit = run_id is not None or bool(getattr(args, "run", None))
+    run_id = run_id or pick_run_id(state_dir, probe.runbook.name, args)
     loaded = load_runbook(args.runbook, overrides, run_id=run_id, state_dir=state_dir)
     engine = Engine(
         loaded,
@@ -67,17 +68,19 @@ def build_app(
 
 
 def run_app(
-    args: argparse.Namespace, state_dir: Path, overrides: dict[str, str], secrets: dict[str, str]
+    args: argparse.Namespace,
+    state_dir: Path,
+    overrides: dict[str, str],
+    secrets: dict[str, str],
+    run_id: str | None = None,
 ) -> int:
-    app = build_app(args, state_dir, overrides, secrets)
+    app = build_app(args, state_dir, overrides, secrets, run_id=run_id)
     code = app.run()
     if app.refusal:
         print(app.refusal, file=sys.stderr)
-    left = app.jobs_left_running()
-    if left:
-        print(
-            f"jobs still running on the box: {', '.join(left)}; run the same command again to reattach"
-        )
+    relaunch = f"eagle-tui run {args.runbook} --run {app.run_id}"
+    for line in farewell(app.quit_work or live_work(app.engine), relaunch):
+        print(line)
     if app.engine.audit is not None:
         head = app.engine.audit.head
         print(f"run {app.run_id} · audit head seq {head.seq} sha256 {head.hash}")

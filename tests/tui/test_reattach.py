@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from eagle_tui.app.widgets.logs.live_log import LiveLog
+from eagle_tui.app.widgets.logs.readable import readable
 from eagle_tui.app.widgets.progress.curves import Curves
 from eagle_tui.cli import main as cli_main
 from runbook.events import Notice, RunFinished
@@ -17,7 +18,8 @@ NUMBERED = re.compile(r"^train line (\d{5}) of 40$")
 
 
 def mirror_lines(path: str) -> list[str]:
-    return open(path, "rb").read().decode().splitlines()
+    """The mirror's lines as the pane shows them: `@@eagle3` machine lines made readable."""
+    return [readable(x) for x in open(path, "rb").read().decode().splitlines()]
 
 
 async def test_quit_mid_job_then_reattach_without_gap_or_repeat(cockpit_env, capsys):
@@ -74,6 +76,10 @@ async def test_quit_mid_job_then_reattach_without_gap_or_repeat(cockpit_env, cap
         )
         numbers = [int(m.group(1)) for x in log.lines if (m := NUMBERED.match(x))]
         assert numbers == list(range(1, 41))  # every line exactly once, in order
+        # issue 15 defect 5: progress and metrics readable, no raw JSON with 16-digit floats
+        assert not any(x.startswith("@@eagle3") for x in log.lines)
+        assert "▸ train · 20/40 steps (50%)" in "\n".join(log.lines)
+        assert any(x.startswith("▸ metrics · step 20 · loss ") for x in log.lines)
         assert curves.metrics.count == 8
         assert app2.record("train").progress["kind"] == "result"
         await pilot.press("n")

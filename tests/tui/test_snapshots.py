@@ -4,6 +4,8 @@ paths of this machine can change them. Update with `pytest tests/tui --snapshot-
 
 from __future__ import annotations
 
+import pytest
+
 from eagle_tui.app.screens.confirm import ConfirmScreen
 from eagle_tui.app.widgets.host.resources import ResourcesPanel
 from eagle_tui.app.widgets.logs.full_log import FullLogScreen
@@ -36,6 +38,13 @@ async def _ready(pilot) -> None:
 def test_main_screen(snap_compare, tmp_path):
     app = seeded_app(tmp_path / "state")
     assert snap_compare(app, terminal_size=SIZE, run_before=_ready)
+
+
+@pytest.mark.parametrize("size", [(100, 30), (250, 70)], ids=["100x30", "250x70"])
+def test_main_screen_small_and_large(snap_compare, tmp_path, size):
+    """The sizes issue 15 was tried at: a laptop split pane and a large monitor."""
+    app = seeded_app(tmp_path / "state")
+    assert snap_compare(app, terminal_size=size, run_before=_ready)
 
 
 def test_confirmation_modal(snap_compare, tmp_path):

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.markup import escape
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 from eagle_tui.app.format import command_text, observed_text
+from eagle_tui.app.literal import lines as join_lines
+from eagle_tui.app.literal import markup
 from runbook.engine import Confirmation, ConfirmRequest
 from runbook.schema import Step
 
@@ -28,19 +30,22 @@ def _target(check: Any) -> str:
     return ""
 
 
-def evidence_markup(req: ConfirmRequest, step: Step | None) -> str:
+def evidence_markup(req: ConfirmRequest, step: Step | None) -> Content:
     checks = list(step.preconditions) if step is not None else []
-    lines = []
+    lines: list[Content] = []
     for i, g in enumerate(req.evidence):
         target = _target(checks[i]) if i < len(checks) else ""
         mark = "[green]✓[/]" if g.get("ok") else "[red]✗[/]"
         lines.append(
-            f"{mark} [b]{escape(str(g.get('title') or g.get('check')))}[/]"
-            + (f" [cyan]{escape(target)}[/]" if target else "")
+            markup(
+                f"{mark} [b]$label[/]" + (" [cyan]$target[/]" if target else ""),
+                label=g.get("title") or g.get("check"),
+                target=target,
+            )
         )
-        lines.append(f"    {escape(str(g.get('message') or ''))}")
-        lines.append(f"    [dim]observed: {escape(observed_text(g.get('observed')))}[/]")
-    return "\n".join(lines) if lines else "[dim](this step has no guards)[/]"
+        lines.append(markup("    $v", v=g.get("message") or ""))
+        lines.append(markup("    [dim]observed: $v[/]", v=observed_text(g.get("observed"))))
+    return join_lines(lines) if lines else markup("[dim](this step has no guards)[/]")
 
 
 class ConfirmScreen(ModalScreen[Confirmation | None]):
@@ -63,14 +68,19 @@ class ConfirmScreen(ModalScreen[Confirmation | None]):
     def compose(self) -> ComposeResult:
         r = self.req
         with Vertical():
-            yield Label(f"Destructive step: {r.step_id} — {r.title}", id="confirm-title")
-            yield Static(escape(r.prompt), id="confirm-prompt")
-            yield Static(f"[dim]$[/] {escape(command_text(r.command))}", id="confirm-command")
+            yield Label(
+                markup("Destructive step: $sid — $title", sid=r.step_id, title=r.title),
+                id="confirm-title",
+            )
+            yield Static(r.prompt, id="confirm-prompt", markup=False)
+            yield Static(markup("[dim]$$[/] $v", v=command_text(r.command)), id="confirm-command")
             yield Label("What the guards observed (what will be changed or deleted):")
             with VerticalScroll(id="confirm-evidence"):
                 yield Static(evidence_markup(r, self.step))
             yield Label(
-                f"Type the step id [b]{escape(r.step_id)}[/] to run it; Escape does not run it."
+                markup(
+                    "Type the step id [b]$sid[/] to run it; Escape does not run it.", sid=r.step_id
+                )
             )
             yield Input(placeholder=r.step_id, id="confirm-input")
             with Horizontal():

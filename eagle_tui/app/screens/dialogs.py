@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from rich.markup import escape
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -35,8 +34,8 @@ class AskScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.title_text, classes="dialog-title")
-            yield Static(self.body)
+            yield Label(self.title_text, classes="dialog-title", markup=False)
+            yield Static(self.body, markup=False)
             with Horizontal():
                 yield Button(f"{self.no} (n)", id="ask-no-button")
                 yield Button(f"{self.yes} (y)", id="ask-yes-button", variant="warning")
@@ -64,8 +63,8 @@ class ReasonScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.title_text, classes="dialog-title")
-            yield Static(self.body)
+            yield Label(self.title_text, classes="dialog-title", markup=False)
+            yield Static(self.body, markup=False)
             yield Input(placeholder="reason (required)", id="reason-input")
 
     def on_mount(self) -> None:
@@ -92,8 +91,8 @@ class ErrorScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.title_text, classes="dialog-title")
-            yield Static(escape(self.body))
+            yield Label(self.title_text, classes="dialog-title", markup=False)
+            yield Static(self.body, markup=False)
             with Horizontal():
                 yield Button("Close", id="error-close-button")
 

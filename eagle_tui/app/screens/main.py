@@ -58,9 +58,15 @@ ACTIONS: list[tuple[str, str, str, str]] = [
     ("d", "dry_run", "Dry-run guards", "dry-run"),
     ("e", "export_audit", "Export audit", "export-audit"),
     ("c", "toggle_curves", "Log/curves", "toggle-curves"),
+    ("end,ctrl+end", "log_end", "Log: to the end, follow", "log-end"),
+    ("home,ctrl+home", "log_home", "Log: to the top", "log-home"),
     ("q", "quit_app", "Quit", "quit"),
 ]
+# Keys the focused todo list would otherwise take (DataTable binds home/end to its own rows).
+PRIORITY = {"log_end", "log_home"}
 HELP = {
+    "log_end": "Scroll the log pane to its last line and follow it from there",
+    "log_home": "Scroll the log pane to its first line (stops following)",
     "run_selected": "Run the selected step (reattaches if it is running)",
     "run_next": "Run the first step that is not done",
     "run_all": "Run every step from the selected one, stopping at confirmations and failures",
@@ -72,12 +78,14 @@ HELP = {
     "dry_run": "Evaluate every guard now and show the observed values; changes nothing",
     "export_audit": "Export the audit log as Markdown, JSONL or CSV",
     "toggle_curves": "Switch between the live log and the training curves",
-    "quit_app": "Quit; jobs keep running and the next `eagle-tui run` reattaches",
+    "quit_app": "Quit; asks first while a bound step runs (it dies); detached jobs keep running",
 }
 
 
 class MainScreen(Screen[None]):
-    BINDINGS = [Binding(k, a, d, id=i, tooltip=HELP[a]) for k, a, d, i in ACTIONS]
+    BINDINGS = [
+        Binding(k, a, d, id=i, tooltip=HELP[a], priority=a in PRIORITY) for k, a, d, i in ACTIONS
+    ]
 
     def __init__(self) -> None:
         super().__init__(id="main")
@@ -287,6 +295,18 @@ class MainScreen(Screen[None]):
         self.follow = not self.follow
         self.query_one(LiveLog).set_follow(self.follow)
         self.query_one(RunHeader).set_mode("" if self.follow else "log follow off")
+
+    def action_log_end(self) -> None:
+        self.follow = True
+        self.query_one(LiveLog).set_follow(True)  # flushes and scrolls to the last line
+        self.query_one(RunHeader).set_mode("")
+
+    def action_log_home(self) -> None:
+        self.follow = False
+        log = self.query_one(LiveLog)
+        log.set_follow(False)
+        log.scroll_home(animate=False, immediate=True)
+        self.query_one(RunHeader).set_mode("log follow off")
 
     def action_full_log(self) -> None:
         sid = self._need_selection()

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rich.markup import escape
+from textual.content import Content
 from textual.widgets import Static
+
+from eagle_tui.app.literal import lines as join_lines
+from eagle_tui.app.literal import markup
 
 
 @dataclass
@@ -55,35 +58,40 @@ class RunHeader(Static):
         self._redraw()
 
     @staticmethod
-    def state_markup(line: HostLine) -> str:
+    def state_markup(line: HostLine) -> Content:
         if line.state == "connected":
-            return "[green]● connected[/]"
+            return markup("[green]● connected[/]")
         if line.state == "reconnecting":
-            return f"[yellow]◌ reconnecting (attempt {line.attempt})[/]"
+            return markup(f"[yellow]◌ reconnecting (attempt {line.attempt})[/]")
         if line.state == "connecting":
-            return "[yellow]◌ connecting[/]" + (
-                f" (attempt {line.attempt})" if line.attempt > 1 else ""
+            return markup(
+                "[yellow]◌ connecting[/]"
+                + (f" (attempt {line.attempt})" if line.attempt > 1 else "")
             )
         if line.state == "failed":
-            return "[red]✗ connection failed[/]"
-        return f"[dim]○ {escape(line.state)}[/]"
+            return markup("[red]✗ connection failed[/]")
+        return markup("[dim]○ $v[/]", v=line.state)
 
     def _redraw(self) -> None:
         how = "resumed" if self.resumed else "new"
-        top = (
-            f"[b]eagle-tui[/] ▸ run [b]{escape(self.run_id)}[/] [dim]({how})[/] · runbook "
-            f"[b]{escape(self.runbook)}[/]"
-            + (f" · [cyan]{escape(self.mode)}[/]" if self.mode else "")
+        top = markup(
+            "[b]eagle-tui[/] ▸ run [b]$run[/] [dim]($how)[/] · runbook [b]$runbook[/]"
+            + (" · [cyan]$mode[/]" if self.mode else ""),
+            run=self.run_id,
+            how=how,
+            runbook=self.runbook,
+            mode=self.mode,
         )
         parts = []
         for host, line in sorted(self.hosts.items(), key=lambda kv: kv[0] != self.default_host):
-            key = (
-                escape(line.host_key)
-                if line.host_key
-                else ("no host key (local)" if host == "local" else "key unknown")
-            )
+            key = line.host_key or ("no host key (local)" if host == "local" else "key unknown")
             parts.append(
-                f"host [b]{escape(host)}[/] · key [dim]{key}[/] · {self.state_markup(line)}"
+                markup("host [b]$host[/] · key [dim]$key[/] · ", host=host, key=key)
+                + self.state_markup(line)
             )
-        hosts = "   ".join(parts) if parts else f"host [b]{escape(self.default_host)}[/]"
-        self.update(top + "\n" + hosts, layout=False)  # fixed height: no layout pass needed
+        hosts = (
+            Content("   ").join(parts)
+            if parts
+            else markup("host [b]$host[/]", host=self.default_host)
+        )
+        self.update(join_lines([top, hosts]), layout=False)  # fixed height: no layout pass needed

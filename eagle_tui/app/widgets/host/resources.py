@@ -7,12 +7,14 @@ from collections import deque
 from contextlib import suppress
 from typing import Any
 
-from rich.markup import escape
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.content import Content
 from textual.css.query import NoMatches
 from textual.widgets import Label, Static
 
+from eagle_tui.app.literal import lines as join_lines
+from eagle_tui.app.literal import markup
 from runbook.units import format_size
 
 HISTORY = 60  # samples per sparkline (2 minutes at the agent's 2 s interval)
@@ -24,22 +26,29 @@ def bar(frac: float, width: int = 10) -> str:
     return "█" * full + "░" * (width - full)
 
 
-def disk_markup(disk: list[dict[str, Any]]) -> str:
+def disk_markup(disk: list[dict[str, Any]]) -> Content:
     if not disk:
-        return "[dim]disk: no watched paths[/]"
+        return markup("[dim]disk: no watched paths[/]")
     lines = []
     for d in disk:
-        path = escape(str(d.get("path")))
+        path = d.get("path")
         if d.get("free") is None or not d.get("total"):
-            lines.append(f"[b]{path}[/] [red]{escape(str(d.get('error') or 'unavailable'))}[/]")
+            lines.append(
+                markup("[b]$path[/] [red]$why[/]", path=path, why=d.get("error") or "unavailable")
+            )
             continue
         used = 1 - d["free"] / d["total"]
         style = "red" if used > 0.95 else "yellow" if used > 0.85 else "green"
         lines.append(
-            f"[b]{path}[/] [{style}]{bar(used)}[/] {format_size(d['free'])} free of "
-            f"{format_size(d['total'])}"
+            markup(
+                f"[b]$path[/] [{style}]$bar[/] $free free of $total",
+                path=path,
+                bar=bar(used),
+                free=format_size(d["free"]),
+                total=format_size(d["total"]),
+            )
         )
-    return "\n".join(lines)
+    return join_lines(lines)
 
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
@@ -122,7 +131,7 @@ class ResourcesPanel(Vertical):
         box = self.query_one("#gpus", Vertical)
         if not gpus:
             why = sample.get("gpu_error") or "nvidia-smi lists no GPU"
-            status.update(f"[b yellow]no GPU[/] [dim]({escape(str(why))})[/]")
+            status.update(markup("[b yellow]no GPU[/] [dim]($why)[/]", why=why))
             if self._rows:
                 box.remove_children()
                 self._rows = {}

@@ -117,7 +117,7 @@ class FullLogScreen(Screen[None]):
         self._scanning = False
 
     def compose(self) -> ComposeResult:
-        yield Static(self._title(), id="full-log-title")
+        yield Static(self._title(), id="full-log-title", markup=False)
         yield self.view
         yield Footer()
 

@@ -16,6 +16,7 @@ from textual.strip import Strip
 from textual.widgets import Log
 
 from eagle_tui.app.widgets.logs.feed import LogFeed, read_tail
+from eagle_tui.app.widgets.logs.readable import readable
 from runbook.mirror import resume_point
 
 MAX_LINES = 5000  # scrollback kept in the widget
@@ -111,4 +112,4 @@ class LiveLog(Log):
 
     def _write(self, lines: list[str]) -> None:
         self.shown_lines += len(lines)
-        self.write_lines(lines)
+        self.write_lines([readable(x) for x in lines])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.content import Content
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
@@ -86,7 +87,7 @@ class Curves(Vertical):
             for k in ("step", "loss", "sim_accept_len", "lr", "tokens_per_s")
             if k in last
         ]
-        status.update(f"{m.count:,} metrics records · " + " · ".join(facts))
+        status.update(Content(f"{m.count:,} metrics records · " + " · ".join(facts)))
         _plot(self.query_one("#plot-loss", PlotextPlot), "loss", {"loss": m.loss})
         _plot(
             self.query_one("#plot-acc", PlotextPlot),

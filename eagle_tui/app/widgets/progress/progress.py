@@ -24,7 +24,7 @@ class StepProgress(Horizontal):
 
     def compose(self) -> ComposeResult:
         yield ProgressBar(total=None, show_eta=False, show_percentage=False, id="bar")
-        yield Label("", id="progress-text")
+        yield Label("", id="progress-text", markup=False)
 
     def show(self, record: dict[str, Any] | None) -> None:
         if not record:

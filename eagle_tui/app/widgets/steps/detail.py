@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.markup import escape
+from textual.content import Content
 from textual.widgets import Static
 
 from eagle_tui.app.format import command_text, duration_text, guard_lines
+from eagle_tui.app.literal import lines as join_lines
+from eagle_tui.app.literal import markup
 from eagle_tui.headless import ICONS, STYLES
 from runbook.schema import Step
 from runbook.state import StepRecord
@@ -16,33 +18,37 @@ from runbook.state import StepRecord
 
 def detail_markup(
     step: Step, rec: StepRecord, now: float, guards: dict[str, tuple[dict[str, Any], ...]]
-) -> str:
+) -> Content:
     style = STYLES.get(rec.status, "")
-    head = (
-        f"[{style}]{ICONS.get(rec.status, '?')} {rec.status}[/] [b]{escape(step.id)}[/] — "
-        f"{escape(step.title)}" + ("  [b red]destructive[/]" if step.destructive else "")
+    head = markup(
+        f"[{style}]$icon $status[/] [b]$sid[/] — $title"
+        + ("  [b red]destructive[/]" if step.destructive else ""),
+        icon=ICONS.get(rec.status, "?"),
+        status=rec.status,
+        sid=step.id,
+        title=step.title,
     )
-    facts = []
+    facts: list[Content] = []
     if rec.reason:
-        facts.append(f"reason [b]{escape(rec.reason)}[/]")
+        facts.append(markup("reason [b]$v[/]", v=rec.reason))
     if rec.exit_code is not None:
-        facts.append(f"exit [b]{rec.exit_code}[/]")
+        facts.append(markup("exit [b]$v[/]", v=rec.exit_code))
     if rec.signal:
-        facts.append(f"signal [b]{rec.signal}[/]")
+        facts.append(markup("signal [b]$v[/]", v=rec.signal))
     if rec.attempt:
-        facts.append(f"attempt {rec.attempt}")
+        facts.append(markup("attempt $v", v=rec.attempt))
     if rec.host or step.host:
-        facts.append(f"host {escape(rec.host or step.host or '')}")
+        facts.append(markup("host $v", v=rec.host or step.host or ""))
     dur = duration_text(rec, now)
     if dur:
-        facts.append(f"time {dur}")
+        facts.append(markup("time $v", v=dur))
     lines = [head]
     if facts:
-        lines.append("  " + " · ".join(facts))
+        lines.append(Content("  ") + Content(" · ").join(facts))
     if rec.message:
-        lines.append(f"  [dim]{escape(rec.message)}[/]")
+        lines.append(markup("  [dim]$v[/]", v=rec.message))
     cmd = rec.command if rec.command is not None else step.run
-    lines.append(f"  [dim]$[/] {escape(command_text(cmd))}")
+    lines.append(markup("  [dim]$$[/] $v", v=command_text(cmd)))
     shown = False
     for phase in ("skip_if", "pre", "post"):
         results = guards.get(phase)
@@ -55,11 +61,11 @@ def detail_markup(
     if not shown:
         n = len(step.preconditions) + len(step.postconditions) + len(step.skip_if)
         lines.append(
-            f"  [dim]{n} guard(s), not evaluated yet (dry-run: d)[/]"
+            markup(f"  [dim]{n} guard(s), not evaluated yet (dry-run: d)[/]")
             if n
-            else "  [dim]no guards[/]"
+            else markup("  [dim]no guards[/]")
         )
-    return "\n".join(lines)
+    return join_lines(lines)
 
 
 class StepDetail(Static):
@@ -67,20 +73,21 @@ class StepDetail(Static):
     StepDetail { height: auto; max-height: 16; padding: 0 1; }
     """
 
-    _shown = ""
+    _shown: tuple[str, tuple[Any, ...]] = ("", ())
 
     def show(
         self, step: Step, rec: StepRecord, now: float, guards: dict[str, tuple[dict[str, Any], ...]]
     ) -> None:
-        markup = detail_markup(step, rec, now, guards)
-        if markup == self._shown:
+        content = detail_markup(step, rec, now, guards)
+        key = (content.plain, tuple(content.spans))  # Content's == compares the text only
+        if key == self._shown:
             return
         # A layout pass costs tens of ms at 160x50: skip it when only a figure changed in place
         # (the running time ticks every second), i.e. same lines, about the same lengths.
-        old = self._shown.split("\n")
-        new = markup.split("\n")
+        old = self._shown[0].split("\n")
+        new = content.plain.split("\n")
         same_shape = len(old) == len(new) and all(
             abs(len(a) - len(b)) <= 4 for a, b in zip(old, new, strict=True)
         )
-        self._shown = markup
-        self.update(markup, layout=not same_shape)
+        self._shown = key
+        self.update(content, layout=not same_shape)

@@ -1,0 +1,35 @@
+"""`@@eagle3 {...}` machine lines as an operator reads them in the log pane (the full-log viewer
+and the mirror keep the raw line): progress as `step/total · rate · ETA`, metrics with 4
+significant figures instead of 16-digit floats."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eagle_tui.headless import progress_text
+from remote_agent.eagle3.progress import PREFIX, parse
+
+
+def figure(v: Any) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:,.4g}" if abs(v) >= 1e-3 or v == 0 else f"{v:.3g}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, list) and all(isinstance(x, (int, float)) for x in v):
+        return "/".join(figure(x) for x in v[:8]) + ("/…" if len(v) > 8 else "")
+    return str(v)
+
+
+def readable(line: str) -> str:
+    if not line.startswith(PREFIX):
+        return line
+    rec = parse(line)
+    if rec is None:
+        return line
+    kind = rec.get("kind")
+    if kind == "progress":
+        return "▸ " + progress_text(rec)
+    fields = " · ".join(f"{k} {figure(v)}" for k, v in rec.items() if k != "kind")
+    return f"▸ {kind}" + (f" · {fields}" if fields else "")
