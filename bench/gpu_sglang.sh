@@ -9,7 +9,7 @@ set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-S=/tmp/site; W=.whl/sgl; mkdir -p $S /tmp/stubs
+S=/tmp/site; W=.whl/sgl; rm -rf $S /tmp/stubs /tmp/tiny; mkdir -p $S /tmp/stubs  # a warm machine keeps /tmp
 t0=$(date +%s)
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $S $W/wheels/*.whl 2>&1 | tail -3
 python3 -c "import zipfile,glob; zipfile.ZipFile(glob.glob('$W/sglang-0.5.14-*.whl')[0]).extractall('$S')"
@@ -57,6 +57,11 @@ cfg = DeepseekV3Config(vocab_size=4096, hidden_size=1024, intermediate_size=2048
                   "beta_fast": 1.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}, torch_dtype="bfloat16")
 torch.manual_seed(0)
 m = DeepseekV3ForCausalLM(cfg).to(torch.bfloat16); m.save_pretrained("/tmp/tiny")
+# keys Kimi's config.json carries that transformers 5.17's DeepseekV3Config drops but SGLang 0.5.14
+# reads (seen: moe_layer_freq AttributeError while building the layers)
+c = json.load(open("/tmp/tiny/config.json"))
+c.update(moe_layer_freq=1, topk_method="noaux_tc", scoring_func="sigmoid", ep_size=1)
+json.dump(c, open("/tmp/tiny/config.json", "w"), indent=1)
 ids = torch.tensor([[5, 17, 99, 1000, 7, 300, 42, 8]])
 out = m.cuda().generate(ids.cuda(), max_new_tokens=8, do_sample=False)
 json.dump({"hf_greedy": out[0, 8:].tolist()}, open("/tmp/hf.json", "w")); print("HF greedy", out[0, 8:].tolist())
@@ -67,7 +72,7 @@ python3 -m sglang.launch_server --model-path /tmp/tiny --skip-tokenizer-init --a
   --enable-return-hidden-states --disable-radix-cache > $OUT/server.log 2>&1 &
 SP=$!
 for i in $(seq 150); do curl -s -m 2 localhost:30000/health >/dev/null 2>&1 && break; kill -0 $SP 2>/dev/null || break; sleep 2; done
-curl -s -m 60 localhost:30000/generate -H 'content-type: application/json' -d '{"input_ids":[5,17,99,1000,7,300,42,8],"sampling_params":{"max_new_tokens":8,"temperature":0},"return_hidden_states":true}' > $OUT/generate.json; echo
+curl -s -m 200 localhost:30000/generate -H 'content-type: application/json' -d '{"input_ids":[5,17,99,1000,7,300,42,8],"sampling_params":{"max_new_tokens":8,"temperature":0},"return_hidden_states":true}' > $OUT/generate.json; echo
 curl -s -m 10 localhost:30000/server_info > /tmp/server_info.json
 kill $SP 2>/dev/null; sleep 3; kill -9 $SP 2>/dev/null
 python3 -m remote_agent.eagle3 patch revert --target $T --json > $OUT/patch-revert.json 2>&1; echo "patch revert rc=$?"
