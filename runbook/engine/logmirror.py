@@ -1,0 +1,74 @@
+"""Log mirroring: the job's log copied byte-exact to the local mirror, records parsed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runbook.engine.core import EngineCore
+from runbook.events import (
+    LogChunk,
+    MetricsUpdate,
+    ProgressUpdate,
+)
+from runbook.logsplit import LineSplitter, parse_record
+from runbook.mirror import LogMirror
+from runbook.schema import Step
+from runbook.state import StepRecord
+
+
+@dataclass
+class _Follow:
+    """Per-step log mirroring state while a job is followed."""
+
+    step_id: str
+    rec: StepRecord
+    path: Path
+    splitter: LineSplitter = field(default_factory=LineSplitter)
+
+
+class LogMirrorMixin(EngineCore):
+    """Follows a job's log from the saved cursor into the mirror file."""
+
+    async def _follow(self, step: Step, rec: StepRecord, host: str) -> dict[str, Any]:
+        path = Path(rec.log_file or "")
+        # Resume where the mirror durably ends: no byte is shown twice (runbook/mirror.py).
+        mirror = LogMirror(path, rec.log_remote_offset, rec.log_mirror_size)
+        rec.log_remote_offset, rec.log_mirror_size = mirror.remote, mirror.size
+        follow = _Follow(step.id, rec, path)
+        unshown = mirror.unshown()
+        if unshown:  # mirrored, but the client died while drawing it: draw it now, once
+            self.emit(LogChunk(step.id, unshown.decode("utf-8", "replace")))
+            mirror.mark_shown()
+        session = await self.session(host)
+        secrets = [s.encode() for s in self.secrets.values() if s]
+
+        def on_data(start: int, end: int, data: bytes) -> None:
+            for s in secrets:
+                data = data.replace(s, b"***")
+            mirror.append(end, data)  # mirrored first, shown after: never shown twice
+            rec.log_remote_offset, rec.log_mirror_size = mirror.remote, mirror.size
+            self.emit(LogChunk(step.id, data.decode("utf-8", "replace")))
+            mirror.mark_shown()
+            for line in follow.splitter.feed(data):
+                self._on_line(step.id, rec, line)
+            self._save(force=False)
+
+        try:
+            end = await session.follow_job(rec.job_id or "", rec.log_remote_offset, on_data)
+        finally:
+            mirror.close()
+        for line in follow.splitter.flush():
+            self._on_line(step.id, rec, line)
+        return end
+
+    def _on_line(self, step_id: str, rec: StepRecord, line: bytes) -> None:
+        record = parse_record(line)
+        if record is None:
+            return
+        if record["kind"] == "metrics":
+            self.emit(MetricsUpdate(step_id, record))
+        elif record["kind"] in ("progress", "result"):
+            rec.progress = record
+            self.emit(ProgressUpdate(step_id, record))
