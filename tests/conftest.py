@@ -25,11 +25,13 @@ def tiny_target() -> Path:
     return ensure_tiny("ci")
 
 
-@pytest.fixture(scope="session")
-def sglang_wheel() -> Path:
-    """The real sglang 0.5.23 wheel from PyPI (downloaded once, cached in .cache/wheels)."""
+SGLANG_VERSIONS = ("0.5.14", "0.5.23")  # every release with a hash-table entry
+
+
+def download_sglang_wheel(version: str) -> Path:
+    """The real sglang wheel of `version` from PyPI (downloaded once, cached in .cache/wheels)."""
     dest = CACHE / "wheels"
-    found = sorted(dest.glob(f"sglang-{SGLANG_VERSION}-*.whl"))
+    found = sorted(dest.glob(f"sglang-{version}-*.whl"))
     if not found:
         dest.mkdir(parents=True, exist_ok=True)
         subprocess.run(
@@ -42,9 +44,21 @@ def sglang_wheel() -> Path:
                 "--no-deps",
                 "-d",
                 str(dest),
-                f"sglang=={SGLANG_VERSION}",
+                f"sglang=={version}",
             ],
             check=True,
         )
-        found = sorted(dest.glob(f"sglang-{SGLANG_VERSION}-*.whl"))
+        found = sorted(dest.glob(f"sglang-{version}-*.whl"))
     return found[0]
+
+
+@pytest.fixture(scope="session")
+def sglang_wheel() -> Path:
+    """The real sglang 0.5.23 wheel."""
+    return download_sglang_wheel(SGLANG_VERSION)
+
+
+@pytest.fixture(scope="session", params=SGLANG_VERSIONS)
+def sglang_release(request) -> tuple[str, Path]:
+    """(version, real wheel) for each supported sglang release: tests using it run per version."""
+    return request.param, download_sglang_wheel(request.param)

@@ -50,12 +50,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--print", action="store_true", help="print the command and environment; start nothing"
     )
+    p.add_argument(
+        "--sglang-version", help="the sglang release to launch for (default: the installed one)"
+    )
 
 
 def command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     from remote_agent.eagle3.extraction.server import dump_env, launch_command
 
     if args.mode == "extract":
+        from remote_agent.eagle3.sglang_versions import check_extract_supported, installed_version
+
+        check_extract_supported(getattr(args, "sglang_version", None) or installed_version())
         if args.dump_dir is None:
             raise BadInput(
                 "extract mode needs --dump-dir (where the patched server writes hidden states)"

@@ -27,17 +27,34 @@ from remote_agent.eagle3.patching.hashes import (
 from remote_agent.eagle3.patching.wheel import find_or_download_wheel
 
 SPEC_NAME = "deepseek_v2.eagle3-dump.json"
-DRIFT_FILES = (  # relied on, not patched (reference §6.6 plus what the hook and client read)
+_DRIFT_COMMON = (  # relied on, not patched (reference §6.6 plus what the hook and client read)
     "sglang/srt/models/kimi_k25.py",
     "sglang/srt/models/kimi_k25_eagle3.py",
     "sglang/srt/layers/logits_processor.py",
-    "sglang/srt/layers/aux_hidden_states.py",
     "sglang/srt/model_executor/forward_batch_info.py",
     "sglang/srt/runtime_context.py",
-    "sglang/srt/arg_groups/fields/exec_.py",
-    "sglang/srt/arg_groups/fields/memory.py",
-    "sglang/srt/arg_groups/fields/schedule.py",
 )
+# per version: 0.5.14 has neither aux_hidden_states.py nor arg_groups/fields/ (its server args
+# are one dataclass in server_args.py)
+DRIFT_FILES_BY_VERSION = {
+    "0.5.14": (*_DRIFT_COMMON, "sglang/srt/server_args.py"),
+    "0.5.23": (
+        *_DRIFT_COMMON,
+        "sglang/srt/layers/aux_hidden_states.py",
+        "sglang/srt/arg_groups/fields/exec_.py",
+        "sglang/srt/arg_groups/fields/memory.py",
+        "sglang/srt/arg_groups/fields/schedule.py",
+    ),
+}
+DRIFT_FILES = DRIFT_FILES_BY_VERSION["0.5.23"]
+
+
+def drift_files(version: str) -> tuple[str, ...]:
+    if version not in DRIFT_FILES_BY_VERSION:
+        raise SystemExit(f"sglang {version}: no drift file list; add one to DRIFT_FILES_BY_VERSION")
+    return DRIFT_FILES_BY_VERSION[version]
+
+
 HELPER_FILES = {
     "__init__.py": "patches/eagle3_dump/__init__.py",
     "hook.py": "patches/eagle3_dump/hook.py",
@@ -66,7 +83,7 @@ def build_entry(version: str, wheel: Path, root: Path) -> tuple[dict, dict, byte
         record_name = next(n for n in zf.namelist() if n.endswith(".dist-info/RECORD"))
         record = parse_record(zf.read(record_name).decode())
         pristine = zf.read(TARGET_RELPATH)
-        drift = {rel: sha256_bytes(zf.read(rel)) for rel in DRIFT_FILES}
+        drift = {rel: sha256_bytes(zf.read(rel)) for rel in drift_files(version)}
     if record[TARGET_RELPATH] != sha256_bytes(pristine):
         raise SystemExit(f"{wheel}: RECORD disagrees with {TARGET_RELPATH}")
     patched = apply_blocks(pristine.decode(), spec).encode()

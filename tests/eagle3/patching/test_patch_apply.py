@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from patch_fixtures import PATCHED_SHA256, PRISTINE_SHA256, make_site, wheel_file
+from patch_fixtures import PATCHED_SHA256, PRISTINE_SHA256, RELEASES, make_site, wheel_file
 
 from remote_agent.eagle3.cli import main
 from remote_agent.eagle3.patching import hashes
@@ -34,14 +34,22 @@ def target(sglang_wheel, tmp_path):
     return make_site(sglang_wheel, tmp_path / "site")
 
 
-def test_round_trip_idempotent_and_byte_identical(target, capsys):
+@pytest.fixture
+def release_target(sglang_release, tmp_path):
+    version, wheel = sglang_release
+    return version, make_site(wheel, tmp_path / "site", version=version)
+
+
+def test_round_trip_idempotent_and_byte_identical(release_target, capsys):
+    version, target = release_target
+    PRISTINE_SHA256, _, PATCHED_SHA256 = RELEASES[version]  # noqa: N806 (per-release pins)
     pristine = target.read_bytes()
     site = target.parents[3]
     code, rep = patch(capsys, "status", "--target", target)
     assert (
         code == 0 and rep["state"] == "pristine" and rep["check"]["version_source"] == "dist-info"
     )
-    assert rep["check"]["record_sha256"] == PRISTINE_SHA256
+    assert rep["check"]["record_sha256"] == PRISTINE_SHA256 and rep["check"]["version"] == version
 
     code, rep = patch(capsys, "apply", "--target", target)
     assert code == 0 and rep["action"] == "applied" and sha(target) == PATCHED_SHA256
@@ -134,6 +142,19 @@ def test_duplicated_and_missing_anchors_are_refused(target, capsys):
     target.write_text(doubled)  # and the file itself: its hash already says no
     rep = _refused(capsys, target, "apply")
     assert "neither pristine nor patched" in rep["check"]["reason"]
+
+
+def test_release_file_under_the_other_release_name_is_refused(sglang_release, tmp_path, capsys):
+    """0.5.14's file in a site whose dist-info says 0.5.23 (or the reverse) is not patched."""
+    version, wheel = sglang_release
+    other = next(v for v in RELEASES if v != version)
+    target = make_site(wheel, tmp_path / "site", version=version)
+    meta = next(target.parents[3].glob("sglang-*.dist-info")) / "METADATA"
+    meta.write_text(meta.read_text().replace(f"Version: {version}", f"Version: {other}", 1))
+    before = target.read_bytes()
+    code, rep = patch(capsys, "apply", "--target", target)
+    assert code != 0 and rep["check"]["version"] == other
+    assert target.read_bytes() == before
 
 
 def test_unknown_version_is_refused(target, capsys):
