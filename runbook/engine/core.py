@@ -1,0 +1,242 @@
+"""The engine's state: events, the run's state file and audit, host sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from runbook.agent_client import HostSession
+from runbook.audit import AuditLog
+from runbook.engine.confirm import Confirmer
+from runbook.engine.constants import (
+    LOCAL,
+    TOOL_VERSION,
+    TransportFactory,
+)
+from runbook.events import (
+    ConnectionChanged,
+    Event,
+    Notice,
+    RunStarted,
+    StepChanged,
+)
+from runbook.loader import LoadedRunbook
+from runbook.schema import Step
+from runbook.state import RunState, RunStore, StepRecord, list_runs
+
+
+class EngineCore:
+    """Events, persisted state, the audit, host sessions; the other parts build on it."""
+
+    def __init__(
+        self,
+        loaded: LoadedRunbook,
+        state_dir: Path,
+        transports: TransportFactory,
+        confirmer: Confirmer,
+        secrets: dict[str, str] | None = None,
+        default_host: str | None = None,
+        listeners: Iterable[Callable[[Event], None]] = (),
+        stats: bool = False,
+    ) -> None:
+        self.loaded = loaded
+        self.rb = loaded.runbook
+        self.state_dir = Path(state_dir)
+        self.transports = transports
+        self.confirmer = confirmer
+        self.secrets = dict(secrets or {})
+        self.default_host = default_host or self.rb.host or LOCAL
+        self.listeners = list(listeners)
+        self.want_stats = stats
+        self.sessions: dict[str, HostSession] = {}
+        self.store: RunStore | None = None
+        self.state: RunState | None = None
+        self.audit: AuditLog | None = None
+        self._confirmed: set[str] = set()
+        self._last_save = 0.0
+        self._stats_tasks: list[asyncio.Task] = []
+        self.closed = False
+
+    # ------------------------------------------------------------------ events & state
+    def emit(self, event: Event) -> None:
+        for listener in list(self.listeners):
+            listener(event)
+
+    def _save(self, force: bool = True) -> None:
+        if self.store is None:  # dry run: nothing is written
+            return
+        now = time.monotonic()
+        if force or now - self._last_save > 0.5:
+            assert self.store and self.state
+            if self.audit:
+                self.state.audit_seq, self.state.audit_head = (
+                    self.audit.head.seq,
+                    self.audit.head.hash,
+                )
+            self.store.save(self.state)
+            self._last_save = now
+
+    def host_of(self, step: Step) -> str:
+        return step.host or self.default_host
+
+    def _where(self, host: str) -> dict[str, Any]:
+        session = self.sessions.get(host)
+        ep = session.endpoint if session else None
+        hello = session.hello if session else {}
+        return {
+            "transport": ep.transport if ep else ("local" if host == LOCAL else "ssh"),
+            "host": host,
+            "host_key": ep.host_key if ep else None,
+            "agent_host": hello.get("hostname"),
+            "agent_user": hello.get("user"),
+            "boot_id": hello.get("boot_id"),
+        }
+
+    def _set(
+        self,
+        step_id: str,
+        status: str,
+        reason: str | None = None,
+        message: str | None = None,
+        audit: dict[str, Any] | None = None,
+    ) -> None:
+        assert self.state and self.audit
+        rec = self.state.steps[step_id]
+        rec.status, rec.reason, rec.message = status, reason, message
+        step = self.rb.step(step_id)
+        fields: dict[str, Any] = {
+            "step": step_id,
+            "title": step.title,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "attempt": rec.attempt,
+            "job_id": rec.job_id,
+            "where": self._where(self.host_of(step)),
+        }
+        fields.update(audit or {})
+        self.audit.append("step.state", **fields)
+        self._save()
+        self.emit(StepChanged(step_id, status, reason, message, rec.attempt, rec.exit_code))
+
+    # ------------------------------------------------------------------ lifecycle
+    async def open_readonly(self) -> str:
+        """For --dry-run: the latest run's state (or a fresh one) in memory; nothing is written."""
+        prior = next(reversed(list_runs(self.state_dir, self.rb.name)), None)
+        now = time.time()
+        self.state = (
+            prior.model_copy(deep=True)
+            if prior
+            else RunState(
+                run_id="(dry-run)",
+                runbook_name=self.rb.name,
+                runbook_path=str(self.loaded.path.resolve()),
+                runbook_sha256=self.loaded.sha256,
+                vars=self.loaded.vars,
+                created_at=now,
+                updated_at=now,
+                steps={},
+            )
+        )
+        for s in self.rb.steps:
+            self.state.steps.setdefault(s.id, StepRecord())
+        return self.state.run_id
+
+    async def open(self, run_id: str) -> str:
+        """Create the run, or resume it if its state exists; the run directory stays locked."""
+        self.store = RunStore(self.state_dir, run_id)
+        self.store.lock()
+        state = self.store.load()
+        resumed = state is not None
+        if state is None:
+            now = time.time()
+            state = RunState(
+                run_id=run_id,
+                runbook_name=self.rb.name,
+                runbook_path=str(self.loaded.path.resolve()),
+                runbook_sha256=self.loaded.sha256,
+                vars=self.loaded.vars,
+                created_at=now,
+                updated_at=now,
+                steps={},
+            )
+        for s in self.rb.steps:
+            state.steps.setdefault(s.id, StepRecord())
+        self.state = state
+        self.audit = AuditLog(self.store.audit_path, run_id, self.secrets.values())
+        info = {
+            "runbook": {
+                "name": self.rb.name,
+                "path": str(self.loaded.path),
+                "sha256": self.loaded.sha256,
+            },
+            "vars": self.loaded.vars,
+            "default_host": self.default_host,
+            "tool_version": TOOL_VERSION,
+        }
+        if resumed:
+            changed = [
+                k
+                for k in ("runbook_sha256", "vars")
+                if getattr(state, k)
+                != (self.loaded.sha256 if k == "runbook_sha256" else self.loaded.vars)
+            ]
+            if changed:
+                self.emit(
+                    Notice(
+                        "warning",
+                        f"resuming run {run_id} with a changed {' and '.join(changed)}; "
+                        "succeeded steps are not re-run",
+                    )
+                )
+            state.runbook_sha256, state.vars, state.finished = (
+                self.loaded.sha256,
+                self.loaded.vars,
+                False,
+            )
+            self.audit.append("run.resumed", changed=changed, **info)
+        else:
+            self.audit.append("run.started", **info)
+        self._save()
+        self.emit(RunStarted(run_id, self.rb.name, resumed, str(self.state_dir)))
+        for sid, rec in state.steps.items():
+            if sid in self.rb.step_ids:
+                self.emit(
+                    StepChanged(
+                        sid, rec.status, rec.reason, rec.message, rec.attempt, rec.exit_code
+                    )
+                )
+        return run_id
+
+    async def session(self, host: str) -> HostSession:
+        if host not in self.sessions:
+
+            def on_status(state: str, attempt: int, message: str | None, host: str = host) -> None:
+                ep = self.sessions[host].endpoint if host in self.sessions else None
+                self.emit(
+                    ConnectionChanged(host, state, attempt, message, ep.host_key if ep else None)
+                )
+
+            config = self.rb.hosts.get(host)
+            transport = self.transports(host) if config is None else self.transports(host, config)
+            self.sessions[host] = HostSession(host, transport, on_status)
+            if self.want_stats:
+                self._stats_tasks.append(asyncio.ensure_future(self._stats_loop(host)))
+        return self.sessions[host]
+
+    async def call(self, host: str, op: str, **args: Any) -> dict[str, Any]:
+        return await (await self.session(host)).call(op, **args)
+
+    async def close(self) -> None:
+        """Leave every job running; just let go of the connections and the run lock."""
+        self.closed = True
+        for t in self._stats_tasks:
+            t.cancel()
+        for session in self.sessions.values():
+            await session.close()
+        if self.store:
+            self._save()
+            self.store.unlock()

@@ -1,0 +1,146 @@
+"""Services: start, wait until ready, keep running; stop steps."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from runbook.agent_client import AgentError
+from runbook.engine.core import EngineCore
+from runbook.events import (
+    FAILED,
+    SUCCEEDED,
+    GuardsEvaluated,
+    ProgressUpdate,
+)
+from runbook.schema import Step
+from runbook.state import StepRecord
+from runbook.transports import TransportError
+
+
+class ServiceMixin(EngineCore):
+    """Long-running jobs that succeed once ready, and the steps that stop them."""
+
+    async def _serve(self, step: Step, rec: StepRecord, reattach: bool) -> str:
+        """A service: mirror its log while polling `ready`; succeed (job still running) once it
+        holds; fail if the job exits first or is not ready in time (then stop it)."""
+        assert step.service is not None
+        svc, host = step.service, rec.host or self.host_of(step)
+        try:
+            await self._ensure_started(step, rec, host, reattach)
+        except (AgentError, TransportError) as exc:
+            return self._unreachable(step, rec, host, exc)
+        follower = asyncio.ensure_future(self._follow(step, rec, host))
+        started = time.monotonic()
+        try:
+            while True:
+                if follower.done():
+                    end = follower.result()
+                    return await self._finish_ok_or_post(
+                        step, rec, rec.started_at or time.time(), end, service_exited=True
+                    )
+                res = await self.call(host, "probe", check=svc.ready.probe())
+                if res.get("ok"):
+                    break
+                waited = time.monotonic() - started
+                if waited > svc.timeout:
+                    await self.call(host, "job.cancel", job_id=rec.job_id, grace_s=30)
+                    end = await follower
+                    rec.ended_at = time.time()
+                    self._set(
+                        step.id,
+                        FAILED,
+                        "not_ready",
+                        f"not ready after {svc.timeout:.0f}s ({res.get('message')}); stopped it",
+                        {"ready": res, "exit_code": (end.get("exit") or {}).get("exit_code")},
+                    )
+                    return FAILED
+                self.emit(
+                    ProgressUpdate(
+                        step.id,
+                        {
+                            "kind": "progress",
+                            "stage": "waiting until ready",
+                            "done": int(waited),
+                            "total": int(svc.timeout),
+                            "unit": "s",
+                        },
+                    )
+                )
+                await asyncio.wait([follower], timeout=svc.interval)
+        except (AgentError, TransportError) as exc:
+            return self._unreachable(step, rec, host, exc)
+        finally:
+            if not follower.done():
+                follower.cancel()  # stop mirroring; the service keeps running on the box
+                try:
+                    await follower
+                except (asyncio.CancelledError, Exception):
+                    pass
+        rec.ended_at = time.time()
+        ready = {"check": svc.ready.check, "title": svc.ready.title, **res}
+        self.emit(GuardsEvaluated(step.id, "ready", (ready,)))
+        fields: dict[str, Any] = {
+            "ready": ready,
+            "guards": rec.guards,
+            "duration_s": round(rec.ended_at - (rec.started_at or rec.ended_at), 3),
+        }
+        if step.postconditions:
+            post = await self.evaluate(step, step.postconditions, "post")
+            fields["postconditions"] = post
+            if not all(r["ok"] for r in post):
+                self._set(
+                    step.id,
+                    FAILED,
+                    "postcondition_failed",
+                    "; ".join(f"{r['check']}: {r.get('message')}" for r in post if not r["ok"])
+                    + f" (the service job {rec.job_id} is still running: stop or cancel it)",
+                    fields,
+                )
+                return FAILED
+        self._set(
+            step.id, SUCCEEDED, "service_ready", f"ready; job {rec.job_id} keeps running", fields
+        )
+        return SUCCEEDED
+
+    async def _stop_service(self, step: Step, rec: StepRecord) -> str:
+        assert self.state and step.stop is not None
+        target = self.rb.step(step.stop)
+        trec = self.state.steps[step.stop]
+        host = trec.host or self.host_of(target)
+        start = time.time()
+        if not trec.job_id:
+            rec.ended_at = time.time()
+            self._set(step.id, SUCCEEDED, "not_running", f"{step.stop} never started a job")
+            return SUCCEEDED
+        try:
+            info = await self.call(host, "job.status", job_id=trec.job_id)
+            if info.get("state") == "running":
+                assert self.audit
+                self.audit.append(
+                    "step.cancel_requested", step=step.stop, job_id=trec.job_id, by_step=step.id
+                )
+                info = await self.call(host, "job.cancel", job_id=trec.job_id, grace_s=30)
+                deadline = time.monotonic() + 120
+                while info.get("state") == "running" and time.monotonic() < deadline:
+                    await asyncio.sleep(0.5)
+                    info = await self.call(host, "job.status", job_id=trec.job_id)
+        except (AgentError, TransportError) as exc:
+            return self._unreachable(step, rec, host, exc)
+        rec.ended_at = time.time()
+        if info.get("state") == "running":
+            self._set(step.id, FAILED, "stop_failed", f"{trec.job_id} still running after cancel")
+            return FAILED
+        self._set(
+            step.id,
+            SUCCEEDED,
+            "service_stopped",
+            f"{step.stop} ({trec.job_id}) is {info.get('state')}",
+            {
+                "duration_s": round(rec.ended_at - start, 3),
+                "stopped_job": trec.job_id,
+                "stopped_exit": info.get("exit"),
+            },
+        )
+        return SUCCEEDED
