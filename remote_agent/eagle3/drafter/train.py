@@ -29,7 +29,7 @@ from remote_agent.eagle3.drafter.loss import load_target_tensor, soft_ce, teache
 from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
 from remote_agent.eagle3.drafter.simulate import chain_acceptance, chain_depth
 from remote_agent.eagle3.drafter.ttt_attention import TTTAttention, pick_backend
-from remote_agent.eagle3.errors import BadInput
+from remote_agent.eagle3.errors import BadInput, Failed
 from remote_agent.eagle3.progress import emit
 
 
@@ -311,7 +311,14 @@ def train(cfg: Config) -> dict[str, Any]:
                 f"{resume_from}: saved with (world, parallel, data) {saved}; now {now} "
                 "(resuming needs the same data, packing, ranks and parallelism)"
             )
-        drafter.load_state_dict(state["model"], strict=False)
+        # the frozen shared embedding is the only thing a checkpoint leaves out
+        missing, unexpected = drafter.load_state_dict(state["model"], strict=False)
+        frozen = {n for n, p in drafter.named_parameters() if not p.requires_grad}
+        if set(missing) != frozen or unexpected:
+            raise Failed(
+                f"{resume_from}: checkpoint tensors do not match the drafter: missing "
+                f"{sorted(set(missing) - frozen)}, unexpected {sorted(unexpected)}"
+            )
         global_step = state["global_step"]
         start_epoch, start_step = state["position"]["epoch"], state["position"]["step"]
 
