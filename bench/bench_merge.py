@@ -88,7 +88,7 @@ def _record_line(rng, rid: str, source: str, n: int, id_perm) -> bytes:
     bounds = np.concatenate(([0], cuts, [n]))
     for k in range(1, len(bounds) - 1, 2):
         mask[bounds[k] : bounds[k + 1]] = 1
-    if not mask[:-1].any():  # merge never trains the last position: keep one trainable before it
+    if not mask[:-1].any():  # keep one trainable token before the last
         mask[0] = 1
     mask_text = np.full(2 * n - 1, ord(","), dtype=np.uint8)
     mask_text[0::2] = mask + ord("0")

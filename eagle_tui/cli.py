@@ -1,13 +1,15 @@
 """`eagle-tui`: validate, run (TUI or --auto), status, audit export/verify.
 
-Exit codes: 0 all done; 1 a step failed or was lost; 2 invalid input; 3 blocked (a guard failed,
-or a confirmation was needed and not given).
+Exit codes: 0 all done; 1 a step failed or was lost; 2 invalid input, or the state dir cannot be
+written, or the run's audit and state disagree; 3 blocked (a guard failed, or a confirmation was
+needed and not given); 4 another driver holds this runbook's work on the box.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import os
 import re
 import signal
@@ -15,6 +17,8 @@ import sys
 from pathlib import Path
 
 from runbook import audit as audit_mod
+from runbook.audit_seal import AuditBreak
+from runbook.box_claim import EXIT_LOCKED, DriverLocked
 from runbook.engine import (
     EXIT_FAILED,
     EXIT_INVALID,
@@ -23,10 +27,18 @@ from runbook.engine import (
     headless_confirmer,
 )
 from runbook.loader import RunbookError, load_runbook, parse_overrides, read_secrets
-from runbook.state import RunState, choose_run_id, default_state_dir, list_runs
+from runbook.state import (
+    RunLocked,
+    RunState,
+    StateWriteError,
+    choose_run_id,
+    default_state_dir,
+    list_runs,
+)
 from runbook.transports import TransportError
 from runbook.transports.factory import make_transport_factory
 
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 FINGERPRINT = re.compile(r"SHA256:[A-Za-z0-9+/]{43}=?")  # as `ssh-keygen -l` prints it
 
 
@@ -100,10 +112,26 @@ async def _run_headless(args: argparse.Namespace, engine: Engine, view, run_id: 
     except TransportError as exc:
         _err(f"error: {exc}")
         code = EXIT_FAILED
+    except (DriverLocked, RunLocked) as exc:
+        _err(f"locked: {exc}")
+        code = EXIT_LOCKED
+    except (AuditBreak, StateWriteError) as exc:
+        _err(f"error: {exc}")
+        code = EXIT_INVALID
+    except OSError as exc:  # a log mirror on a full disk: the same one line
+        if exc.errno not in FULL_DISK:
+            raise
+        _err(f"error: {exc.filename or engine.state_dir}: cannot write: {exc.strerror}")
+        code = EXIT_INVALID
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-        await engine.close()
+        try:
+            await engine.close()
+        except StateWriteError as exc:
+            if code != EXIT_INVALID:  # one line: the first write that failed says it all
+                _err(f"error: {exc}")
+            code = EXIT_INVALID
     return code
 
 
@@ -153,6 +181,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         secrets=secrets,
         default_host=args.host,
         listeners=[view],
+        reload=lambda rid: load_runbook(args.runbook, overrides, run_id=rid, state_dir=state_dir),
+        accept_audit_break=args.accept_audit_break,
+        new_run=args.new_run,
     )
 
     async def go() -> int:
@@ -291,6 +322,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--new-run", action="store_true", help="start a new run instead of resuming the latest"
     )
     p.add_argument("--quiet", action="store_true", help="do not stream job logs")
+    p.add_argument(
+        "--accept-audit-break",
+        action="store_true",
+        help="resume although the run's audit and state disagree (the override is audited)",
+    )
     p.add_argument(
         "--trust-host",
         action="append",

@@ -264,9 +264,13 @@ class HeadlessView:
         buf = self._partial.get(step_id, "") + text
         *lines, rest = buf.split("\n")
         self._partial[step_id] = rest
-        for line in lines:
-            if not line.startswith(PROGRESS_PREFIX):  # machine lines are shown as progress instead
-                self._print(Text(f"  {step_id} │ ", style="dim") + Text(line))
+        shown = [
+            Text(f"  {step_id} │ ", style="dim") + Text(line)
+            for line in lines
+            if not line.startswith(PROGRESS_PREFIX)  # machine lines are shown as progress instead
+        ]
+        if shown:  # one write per chunk: a kill -9 lands before or after it, not inside
+            self._print(Text("\n").join(shown))
 
     def _flush_partial(self, step_id: str) -> None:
         rest = self._partial.pop(step_id, "")

@@ -214,7 +214,7 @@ class JobManager:
         exit_ = jd.exit()  # it may have written the record just before exiting
         if exit_ is not None:
             return "exited", exit_, boot_ok
-        return "lost", None, boot_ok
+        return _without_supervisor(jd)
 
     def info(self, jd: JobDir) -> dict[str, Any]:
         state, exit_, boot_ok = self.state(jd)
@@ -340,6 +340,26 @@ class JobManager:
         return self.info(jd)
 
 
+def _without_supervisor(jd: JobDir) -> tuple[str, dict[str, Any] | None, bool]:
+    """The jobwrap died without a record: the job's leader may still run, or have recorded it."""
+    pg = jd.pgid()
+    if pg is not None and is_alive(*pg):
+        return "running", None, True  # unsupervised now (no timeout), but its exit will be kept
+    leader = jd.leader_exit()  # written before the leader exits, so read after the check
+    if leader is None:
+        return "lost", None, True
+    return (
+        "exited",
+        {
+            **leader,
+            "reason": "signaled" if leader.get("signal") else "exited",
+            "log_size": jd.log_size(),
+            "supervisor_lost": True,
+        },
+        True,
+    )
+
+
 def _cwd() -> str:
     try:
         return os.getcwd()
@@ -359,5 +379,6 @@ def _public_exit(exit_: dict[str, Any] | None) -> dict[str, Any] | None:
         "log_size",
         "leftover_pids",
         "error",
+        "supervisor_lost",
     )
     return {k: exit_[k] for k in keys if k in exit_}

@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from remote_agent import __version__
+from remote_agent.jobleader import bootstrap_argv
 from remote_agent.procs import JobTree, boot_id, start_time
 from remote_agent.spool import (
     BOOT_ID,
     CANCEL,
     EXIT,
     HEARTBEAT,
+    LEADER_EXIT,
     LOG,
     PGID,
     PID,
@@ -67,22 +69,42 @@ def _pidfd(pid: int) -> int | None:
         return None
 
 
-def _spawn(spec: dict[str, Any], env: dict[str, str], log_fd: int) -> subprocess.Popen[bytes]:
+def _spawn(
+    spec: dict[str, Any], env: dict[str, str], log_fd: int, exit_path: Path
+) -> subprocess.Popen[bytes]:
+    """Start the job under its leader (jobleader), which records its exit even without us.
+
+    Raises OSError with the leader's reason when the command itself cannot start.
+    """
     argv = spec["argv"] if spec.get("argv") is not None else ["/bin/sh", "-c", spec["shell"]]
+    ready_r, ready_w = os.pipe()
     # The job leads its own process group inside our session: cancel kills exactly its tree.
     group: dict[str, Any] = (
         {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
     )
-    return subprocess.Popen(
-        argv,
-        cwd=spec["cwd"],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=log_fd,
-        stderr=log_fd,
-        close_fds=True,
-        **group,
-    )
+    try:
+        child = subprocess.Popen(
+            bootstrap_argv(ready_w, exit_path, argv),
+            cwd=spec["cwd"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=log_fd,
+            close_fds=True,
+            pass_fds=(ready_w,),
+            **group,
+        )
+    finally:
+        os.close(ready_w)
+    with os.fdopen(ready_r, "rb") as f:
+        line = f.readline().decode(errors="replace").strip()
+    if line != "ok":
+        child.wait()
+        code, _, message = line.partition(" ")[2].partition(" ") if line else ("", "", "")
+        err = OSError(message or f"the job leader died before starting it ({child.returncode})")
+        err.errno = errno.ENOENT if code == "127" else None
+        raise err
+    return child
 
 
 def _supervise(
@@ -130,6 +152,8 @@ def _supervise(
             if not data:  # EOF: the agent (our connection) is gone and this job is bound to it
                 os.close(agent_fd)
                 agent_fd = None
+                if child.poll() is not None:
+                    break  # the job ended on its own first: its exit stands
                 reason = reason or "agent_lost"
                 tree.terminate(grace_s)
     if pidfd is not None:
@@ -207,7 +231,7 @@ def run(job_dir: str) -> int:
     if (path / CANCEL).exists():  # cancelled by another connection while we were starting
         return not_started("cancelled before it started", None, "cancelled")
     try:
-        child = _spawn(spec, env, log_fd)
+        child = _spawn(spec, env, log_fd, path / LEADER_EXIT)
     except (OSError, ValueError, subprocess.SubprocessError) as e:
         missing = isinstance(e, FileNotFoundError) or getattr(e, "errno", None) == errno.ENOENT
         return not_started(f"cannot start job: {e}", 127 if missing else 126, "exited")

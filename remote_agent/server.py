@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from remote_agent import __version__
+from remote_agent.driver_locks import DriverLocks
 from remote_agent.jobs import JobManager
 from remote_agent.logwatch import LogWatch, WatchRegistry
 from remote_agent.probes import CHECKS, run_probe
@@ -71,6 +72,7 @@ class Server:
         self.jobs = JobManager(spool)
         self.watches = WatchRegistry()
         self.stats = Stats(spool.root, self.emit)
+        self.locks = DriverLocks(spool.root)
         self.ops: dict[str, Handler] = {
             "hello": self.op_hello,
             "ping": lambda args: {"t": time.time()},
@@ -87,6 +89,11 @@ class Server:
             "stats.watch": self.stats.op_watch,
             "stats.unwatch": self.stats.op_unwatch,
             "stats.since": self.stats.op_since,
+            "lock.acquire": self.locks.acquire,
+            "lock.release": self.locks.release,
+            "lock.status": self.locks.status,
+            "audit.head_set": self.locks.head_set,
+            "audit.head_get": self.locks.head_get,
         }
 
     # --- output ------------------------------------------------------------------------------
@@ -132,6 +139,7 @@ class Server:
             if not line:
                 # stdin EOF: the client is done (or the channel is gone). Answer what is in
                 # flight, so a client that half-closes after its last request gets its answer.
+                self.locks.release_all()  # first: the driver is gone, its claim with it
                 self._drain()
                 return 0
             if len(line) > MAX_LINE and not line.endswith(b"\n"):
@@ -145,6 +153,7 @@ class Server:
                 self.send(error_response(e.id, e.error))
                 continue
             if req.op == "shutdown":
+                self.locks.release_all()
                 self._drain()
                 self.send(ok_response(req.id, {}))
                 return 0
@@ -219,6 +228,7 @@ class Server:
             "boot_id": boot_id(),
             "pid": os.getpid(),
             "spool": str(self.spool.root),
+            "spool_id": self.spool.identity(),
             "capabilities": sorted([*self.ops, "shutdown"])
             + [f"check:{c}" for c in sorted(CHECKS)]
             + ["stats.persisted", "job.tree_kill_session"],

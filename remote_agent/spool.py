@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from typing import Any
 from remote_agent.protocol import AgentError, bad
 
 JOB_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+SPOOL_ID = "spool_id"  # in the spool root
 
 # File names inside a job directory.
 SPEC = "spec.json"
@@ -27,6 +30,7 @@ HEARTBEAT = "heartbeat"
 LOG = "log"
 EXIT = "exit.json"
 CANCEL = "cancel"
+LEADER_EXIT = "leader_exit.json"  # written by the job's leader (jobleader) when it ends
 JOBWRAP_LOG = "jobwrap.log"  # the jobwrap's own stderr: its tracebacks, never the job's output
 
 
@@ -114,7 +118,25 @@ class Spool:
     def ensure(self) -> Spool:
         make_private_dir(self.root)
         make_private_dir(self.jobs)
+        self.identity()
         return self
+
+    def identity(self) -> str:
+        """This spool's random id, made once: a client that recorded another id for a job knows
+        the spool was wiped (tmpfs after a reboot, rm -rf), not that the job never started."""
+        path = self.root / SPOOL_ID
+        text = read_text(path)
+        if text and text.strip():
+            return text.strip()
+        tmp = self.root / f".{SPOOL_ID}.tmp.{os.getpid()}"
+        write_private(tmp, (secrets.token_hex(16) + "\n").encode())
+        try:
+            os.link(tmp, path)  # first writer wins; never replaces an id a client recorded
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+        return (read_text(path) or "").strip()
 
     def job(self, job_id: str) -> JobDir:
         check_job_id(job_id)
@@ -156,6 +178,11 @@ class JobDir:
 
     def exit(self) -> dict[str, Any] | None:
         v = read_json(self.file(EXIT))
+        return v if isinstance(v, dict) else None
+
+    def leader_exit(self) -> dict[str, Any] | None:
+        """The job leader's own record of the command's status (see jobleader)."""
+        v = read_json(self.file(LEADER_EXIT))
         return v if isinstance(v, dict) else None
 
     def boot_id(self) -> str | None:

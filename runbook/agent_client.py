@@ -150,6 +150,8 @@ class HostSession:
         self.hello: dict[str, Any] = {}
         self.reconnects = 0
         self._closing = False
+        # run on every new connection before it is used (the engine's driver claim)
+        self.on_connect: list[Callable[[AgentConnection], Awaitable[None]]] = []
 
     @property
     def endpoint(self) -> Endpoint:
@@ -196,6 +198,12 @@ class HostSession:
         conn.hello = self.hello = hello
         for handler in self._event_handlers:
             conn.subscribe(handler)
+        try:
+            for hook in self.on_connect:
+                await hook(conn)
+        except BaseException:
+            await conn.close()
+            raise
         return conn
 
     async def _connect_with_retry(self) -> AgentConnection:

@@ -5,7 +5,8 @@
 canonical_json = sorted keys, no whitespace, UTF-8. The first record's prev is 64 zeros. `seq`
 counts from 0 with no gaps. An edited, dropped, inserted or reordered record breaks the chain
 at that point; a dropped *tail* is caught by comparing with the head (seq, hash) recorded outside
-the file (the run's state file, and printed at the end of every run so it can be kept elsewhere).
+the file: the run's state file, the box's spool (`audit.head_set`, checked on every open by
+runbook/audit_seal.py), and printed at the end of every run so it can be kept elsewhere.
 """
 
 from __future__ import annotations
@@ -109,11 +110,26 @@ class AuditLog:
             "prev": self.head.hash,
         }
         record["hash"] = record_hash(record)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "ab") as f:
-            f.write(canonical(record) + b"\n")
-            f.flush()
-            os.fsync(f.fileno())
+        line = canonical(record) + b"\n"
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                end = os.lseek(fd, 0, os.SEEK_END)
+                try:
+                    view = memoryview(line)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                    os.fsync(fd)
+                except OSError:
+                    os.ftruncate(fd, end)  # no torn record left behind (ENOSPC mid-line)
+                    raise
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            from runbook.state import write_failed
+
+            raise write_failed(self.path, exc) from None
         self.head = Head(record["seq"], record["hash"])
         return record
 

@@ -245,6 +245,9 @@ class Step(_Strict):
     confirm: str | None = None
     timeout: Duration | None = None
     retry: Retry | None = None
+    # Running it twice is safe (resumable, or it overwrites its own output): only then may a
+    # job whose fate is unknown (`lost`) be relaunched without the operator deciding.
+    idempotent: bool = False
     detach: bool = False
     env: dict[str, str] = Field(default_factory=dict)
     # env var name -> secret name; filled by the loader from `env: {X: ${SECRET}}`
@@ -285,6 +288,11 @@ class Step(_Strict):
             )
         if self.run is None and (self.detach or self.retry or self.timeout or self.service):
             raise ValueError("detach, retry, timeout and service need `run:`")
+        if self.retry is not None and "lost" in self.retry.on and not self.idempotent:
+            raise ValueError(
+                "`retry` on `lost` relaunches a job whose fate is unknown (it may have run to "
+                "the end): declare `idempotent: true` if running it twice is safe, or drop `lost`"
+            )
         if self.service is not None and not self.detach:
             raise ValueError("a service must be `detach: true` (it outlives the step)")
         if self.stop is not None and self.run is not None:

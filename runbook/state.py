@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import secrets as _secrets
 import time
 from datetime import datetime, timezone
@@ -47,6 +48,8 @@ class StepRecord(BaseModel):
     log_remote_offset: int = 0
     log_mirror_size: int = 0
     log_file: str | None = None
+    # the agent spool's id when the job was launched: another id later means the spool was wiped
+    spool_id: str | None = None
     progress: dict[str, Any] | None = None
     command: Any = None
 
@@ -81,6 +84,14 @@ class RunLocked(Exception):
     pass
 
 
+class StateWriteError(Exception):
+    """The state dir cannot be written (ENOSPC, EROFS, ...); str() is the one line to show."""
+
+
+def write_failed(path: Path, exc: OSError) -> StateWriteError:
+    return StateWriteError(f"{path}: cannot write: {exc.strerror or exc}; nothing was half-written")
+
+
 class RunStore:
     def __init__(self, state_dir: Path, run_id: str) -> None:
         self.state_dir = Path(state_dir)
@@ -92,13 +103,19 @@ class RunStore:
         self._lock_fd: int | None = None
 
     def create_dirs(self) -> None:
-        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.logs_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise write_failed(self.logs_dir, exc) from None
         os.chmod(self.state_dir, 0o700) if self.state_dir.stat().st_uid == os.getuid() else None
 
     def lock(self) -> None:
         """One engine per run: a second `eagle-tui run` of the same run is refused, not interleaved."""
         self.create_dirs()
-        fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise write_failed(self.dir / "lock", exc) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -106,8 +123,12 @@ class RunStore:
             raise RunLocked(
                 f"run {self.run_id} is being driven by another eagle-tui process"
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, str(os.getpid()).encode())
+        except OSError as exc:
+            os.close(fd)
+            raise write_failed(self.dir / "lock", exc) from None
         self._lock_fd = fd
 
     def unlock(self) -> None:
@@ -123,11 +144,15 @@ class RunStore:
     def save(self, state: RunState) -> None:
         state.updated_at = time.time()
         tmp = self.state_path.with_name(f"state.json.tmp.{os.getpid()}")
-        with open(tmp, "w") as f:
-            f.write(state.model_dump_json(indent=1))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.state_path)
+        try:
+            with open(tmp, "w") as f:
+                f.write(state.model_dump_json(indent=1))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.state_path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)  # the old state.json stays whole
+            raise write_failed(self.state_path, exc) from None
 
     def log_path(self, step_id: str, attempt: int) -> Path:
         return self.logs_dir / f"{step_id}.{attempt}.log"
@@ -157,7 +182,40 @@ def latest_run(state_dir: Path, runbook_name: str | None = None) -> RunState | N
     return runs[-1] if runs else None
 
 
+def unreadable_runs(state_dir: Path, runbook_name: str) -> list[str]:
+    """Run dirs of this runbook (by their id) with an audit but no readable state: such a run
+    must not vanish (the next start would re-run its steps); opening it explains the refusal."""
+    root = Path(state_dir) / "runs"
+    out = []
+    for d in sorted(root.iterdir()) if root.exists() else []:
+        if not re.fullmatch(rf"\d{{8}}T\d{{6}}Z-{re.escape(runbook_name)}-[0-9a-f]{{4}}", d.name):
+            continue  # run ids are <stamp>-<name>-<hex> (new_run_id)
+        if not (d / "audit.jsonl").exists():
+            continue
+        try:
+            RunState.model_validate_json((d / "state.json").read_text())
+        except (ValueError, OSError):
+            out.append(d.name)
+    return out
+
+
 def choose_run_id(state_dir: Path, runbook_name: str, new_run: bool = False) -> str:
     """Resume the latest unfinished run of this runbook, else start a new one."""
-    prior = None if new_run else latest_run(state_dir, runbook_name)
+    if new_run:
+        return new_run_id(runbook_name)
+    broken = unreadable_runs(state_dir, runbook_name)
+    if broken:
+        return broken[-1]
+    prior = latest_run(state_dir, runbook_name)
     return prior.run_id if prior is not None and not prior.finished else new_run_id(runbook_name)
+
+
+def rechoose_run_id(state_dir: Path, runbook_name: str, new_run: bool, chosen: str) -> str:
+    """Under the driver claim, choose again; a "new run" decision keeps the id shown already."""
+
+    def started(run_id: str) -> bool:
+        d = Path(state_dir) / "runs" / run_id
+        return (d / "state.json").exists() or (d / "audit.jsonl").exists()
+
+    fresh = choose_run_id(state_dir, runbook_name, new_run)
+    return chosen if not started(fresh) and not started(chosen) else fresh

@@ -35,6 +35,8 @@ from eagle_tui.app.screens.dialogs import ErrorScreen
 from eagle_tui.app.screens.main import ACTIONS, HELP, MainScreen
 from eagle_tui.app.trust import HostTrust
 from eagle_tui.app.widgets.progress.metrics import StepMetrics, scan_metrics
+from runbook.audit_seal import AuditBreak
+from runbook.box_claim import EXIT_LOCKED, DriverLocked
 from runbook.engine import EXIT_OK, Confirmation, ConfirmRequest, Engine
 from runbook.events import (
     BLOCKED,
@@ -51,7 +53,7 @@ from runbook.events import (
     RunFinished,
 )
 from runbook.plan import ordered_steps
-from runbook.state import RunLocked
+from runbook.state import RunLocked, StateWriteError
 from runbook.transports import TransportError
 
 OPERATOR_ERRORS = (ValueError, KeyError)  # refused actions (e.g. skipping a running step)
@@ -78,6 +80,7 @@ class CockpitApp(EngineActions, HostTrust, App[int]):
         super().__init__()
         self.engine = engine
         self.run_id = run_id
+        self.refusal: str | None = None
         self.options = options
         self.clock = clock
         self.connect = connect
@@ -187,7 +190,7 @@ class CockpitApp(EngineActions, HostTrust, App[int]):
         self.run_worker(self._open(), name="open", group=ENGINE_GROUP, exit_on_error=False)
 
     async def _open(self) -> None:
-        await self.engine.open(self.run_id)
+        self.run_id = await self.engine.open(self.run_id)  # re-chosen under the driver claim
         self.opened = True
         self.main.refresh_all()
         running = [
@@ -251,10 +254,11 @@ class CockpitApp(EngineActions, HostTrust, App[int]):
             self.notify(f"{w.name}: {err}", severity="error", timeout=10)
             return
         if w.name == "open":
-            why = (
-                str(err) if isinstance(err, RunLocked) else "".join(traceback.format_exception(err))
-            )
-            self.push_screen(ErrorScreen("Cannot open the run", why), lambda _: self.exit(2))
+            known = (RunLocked, DriverLocked, AuditBreak, StateWriteError)
+            why = str(err) if isinstance(err, known) else "".join(traceback.format_exception(err))
+            code = EXIT_LOCKED if isinstance(err, (RunLocked, DriverLocked)) else 2
+            self.refusal = str(err) if isinstance(err, known) else None  # printed after exit
+            self.push_screen(ErrorScreen("Cannot open the run", why), lambda _: self.exit(code))
             return
         if isinstance(err, OPERATOR_ERRORS):
             self.notify(f"{w.name}: {err}", severity="warning", timeout=6)

@@ -4,6 +4,7 @@ path, build the engine with the cockpit as its listener and confirmer, and run t
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +36,7 @@ def build_app(
     transports=None,
 ) -> CockpitApp:
     probe = load_runbook(args.runbook, overrides)
+    explicit = run_id is not None
     run_id = run_id or choose_run_id(state_dir, probe.runbook.name, args.new_run)
     loaded = load_runbook(args.runbook, overrides, run_id=run_id, state_dir=state_dir)
     engine = Engine(
@@ -45,6 +47,11 @@ def build_app(
         secrets=secrets,
         default_host=args.host,
         stats=True,
+        reload=None
+        if explicit
+        else lambda rid: load_runbook(args.runbook, overrides, run_id=rid, state_dir=state_dir),
+        accept_audit_break=getattr(args, "accept_audit_break", False),
+        new_run=bool(getattr(args, "new_run", False)),
     )
     keymap, problems = load_keymap(BINDING_IDS, keymap_paths)
     select = getattr(args, "from", None) or getattr(args, "only", None)
@@ -64,6 +71,8 @@ def run_app(
 ) -> int:
     app = build_app(args, state_dir, overrides, secrets)
     code = app.run()
+    if app.refusal:
+        print(app.refusal, file=sys.stderr)
     left = app.jobs_left_running()
     if left:
         print(

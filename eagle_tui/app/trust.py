@@ -62,3 +62,5 @@ class HostTrust(App[int]):
             await old.close()
         await (await self.engine.session(host)).connection()
         self.notify(f"{host}: trusted {fingerprint}; connected")
+        if not self.opened:  # the open needs the box (the driver claim): try it again now
+            self.run_worker(self._open(), name="open", group=ENGINE_GROUP, exit_on_error=False)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from runbook import audit_seal, box_claim
 from runbook.agent_client import HostSession
 from runbook.audit import AuditLog
 from runbook.engine.confirm import Confirmer
@@ -25,7 +26,7 @@ from runbook.events import (
 )
 from runbook.loader import LoadedRunbook
 from runbook.schema import Step
-from runbook.state import RunState, RunStore, StepRecord, list_runs
+from runbook.state import RunState, RunStore, StepRecord, list_runs, rechoose_run_id
 
 
 class EngineCore:
@@ -41,7 +42,13 @@ class EngineCore:
         default_host: str | None = None,
         listeners: Iterable[Callable[[Event], None]] = (),
         stats: bool = False,
+        reload: Callable[[str], LoadedRunbook] | None = None,
+        accept_audit_break: bool = False,
+        new_run: bool = False,
     ) -> None:
+        self.new_run = new_run
+        self.reload = reload  # set: the run id is (re)chosen under the driver claim
+        self.accept_audit_break = accept_audit_break
         self.loaded = loaded
         self.rb = loaded.runbook
         self.state_dir = Path(state_dir)
@@ -147,9 +154,16 @@ class EngineCore:
 
     async def open(self, run_id: str) -> str:
         """Create the run, or resume it if its state exists; the run directory stays locked."""
+        await box_claim.hold(self)  # one driver per work on the box, before the run id
+        if self.reload is not None:
+            run_id = rechoose_run_id(self.state_dir, self.rb.name, self.new_run, run_id)
+            self.loaded = self.reload(run_id)
+            self.rb = self.loaded.runbook
         self.store = RunStore(self.state_dir, run_id)
         self.store.lock()
-        state = self.store.load()
+        box_head = await box_claim.box_head(self, run_id)
+        opened = audit_seal.check_run(self.store, box_head, self.accept_audit_break)
+        state = opened.state
         resumed = state is not None
         if state is None:
             now = time.time()
@@ -167,6 +181,8 @@ class EngineCore:
             state.steps.setdefault(s.id, StepRecord())
         self.state = state
         self.audit = AuditLog(self.store.audit_path, run_id, self.secrets.values())
+        for event, fields in opened.notes:
+            self.audit.append(event, **fields)
         info = {
             "runbook": {
                 "name": self.rb.name,
@@ -201,6 +217,7 @@ class EngineCore:
         else:
             self.audit.append("run.started", **info)
         self._save()
+        await box_claim.push_head(self)
         self.emit(RunStarted(run_id, self.rb.name, resumed, str(self.state_dir)))
         for sid, rec in state.steps.items():
             if sid in self.rb.step_ids:
@@ -235,8 +252,12 @@ class EngineCore:
         self.closed = True
         for t in self._stats_tasks:
             t.cancel()
+        await box_claim.push_head(self, clean=True)
         for session in self.sessions.values():
             await session.close()
         if self.store:
-            self._save()
-            self.store.unlock()
+            try:
+                if self.state is not None:  # None: open() refused before any state existed
+                    self._save()
+            finally:
+                self.store.unlock()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from runbook import audit_seal
 from runbook.agent_client import AgentError
 from runbook.audit import redact
 from runbook.engine.core import EngineCore
@@ -52,6 +53,7 @@ class GuardsMixin(EngineCore):
                     and other
                     and other.status == SUCCEEDED
                     and (other.ended_at or 0) >= horizon
+                    and audit_seal.audit_status(self.state_dir, run.run_id, check.step) == SUCCEEDED
                 ):
                     return {
                         "ok": True,

@@ -13,6 +13,7 @@ from runbook.events import (
     ProgressUpdate,
 )
 from runbook.logsplit import LineSplitter, parse_record
+from runbook.mirror import LogMirror
 from runbook.schema import Step
 from runbook.state import StepRecord
 
@@ -32,21 +33,24 @@ class LogMirrorMixin(EngineCore):
 
     async def _follow(self, step: Step, rec: StepRecord, host: str) -> dict[str, Any]:
         path = Path(rec.log_file or "")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # The mirror may hold bytes written after the last saved cursor: drop them, they come again.
-        with open(path, "ab") as f:
-            f.truncate(rec.log_mirror_size)
+        # Resume where the mirror durably ends: no byte is shown twice (runbook/mirror.py).
+        mirror = LogMirror(path, rec.log_remote_offset, rec.log_mirror_size)
+        rec.log_remote_offset, rec.log_mirror_size = mirror.remote, mirror.size
         follow = _Follow(step.id, rec, path)
+        unshown = mirror.unshown()
+        if unshown:  # mirrored, but the client died while drawing it: draw it now, once
+            self.emit(LogChunk(step.id, unshown.decode("utf-8", "replace")))
+            mirror.mark_shown()
         session = await self.session(host)
         secrets = [s.encode() for s in self.secrets.values() if s]
 
         def on_data(start: int, end: int, data: bytes) -> None:
             for s in secrets:
                 data = data.replace(s, b"***")
-            with open(path, "ab") as f:
-                f.write(data)
-            rec.log_remote_offset, rec.log_mirror_size = end, rec.log_mirror_size + len(data)
+            mirror.append(end, data)  # mirrored first, shown after: never shown twice
+            rec.log_remote_offset, rec.log_mirror_size = mirror.remote, mirror.size
             self.emit(LogChunk(step.id, data.decode("utf-8", "replace")))
+            mirror.mark_shown()
             for line in follow.splitter.feed(data):
                 self._on_line(step.id, rec, line)
             self._save(force=False)

@@ -46,11 +46,12 @@ class OutcomeMixin(EngineCore):
                 why = exit_info.get("reason")
                 if why == "cancelled":
                     status, reason = CANCELLED, "cancelled"
-                elif why == "agent_lost":
+                elif why == "agent_lost" and rec.exit_code is None:
+                    # Killed because its agent died. One that ran to an exit keeps that exit.
                     status, reason, message = (
                         LOST,
                         "agent_lost",
-                        "the agent died while this bound job ran",
+                        "the agent died while this bound job ran; it was stopped",
                     )
                 elif why == "timeout":
                     status, reason, message = FAILED, "timeout", f"killed after {step.timeout:.0f}s"

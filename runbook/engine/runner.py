@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from runbook import plan
+from runbook import box_claim, plan
 from runbook.agent_client import AgentError
 from runbook.engine.constants import (
     EXIT_BLOCKED,
@@ -24,6 +24,7 @@ from runbook.events import (
     Notice,
     RunFinished,
 )
+from runbook.job_fate import ADVICE, FateUnknown, check_found, check_missing
 from runbook.schema import Step
 from runbook.state import StepRecord
 from runbook.transports import TransportError
@@ -37,6 +38,7 @@ class RunnerMixin(EngineCore):
         assert self.state
         for sid in plan.select(self.rb, start, only):
             status = await self.run_step(sid)
+            await box_claim.push_head(self)
             if status not in DONE:
                 return self.finish(EXIT_BLOCKED if status in (BLOCKED, PENDING) else EXIT_FAILED)
         return self.finish(EXIT_OK)
@@ -133,6 +135,7 @@ class RunnerMixin(EngineCore):
         rec.log_file = str(self.store.log_path(step.id, rec.attempt))
         rec.command = step.run
         rec.progress = None
+        rec.spool_id = (await self.session(rec.host)).hello.get("spool_id")
         # Recorded before launching: after a crash we look for this job id instead of relaunching.
         self._set(
             step.id,
@@ -144,6 +147,7 @@ class RunnerMixin(EngineCore):
                 "env": step.env,
                 "cwd": step.cwd,
                 "detach": step.detach,
+                "spool_id": rec.spool_id,
                 "guards": pre,
             },
         )
@@ -185,19 +189,27 @@ class RunnerMixin(EngineCore):
             if exc.type != "not_found":
                 raise
             info = None
-        if info is None:  # recorded as running but never launched (crash in between)
+        if info is None:  # recorded as running but never launched (crash in between)?
+            check_missing(rec, (await self.session(host)).hello)  # else: lost, not relaunched
             if reattach:
                 self.emit(
                     Notice("info", f"{step.id}: job {rec.job_id} was never started; starting it")
                 )
             await self._start_job(step, rec)
-        elif reattach:
+        else:
+            check_found(rec, info)
+        if info is not None and reattach:
             self.emit(
                 Notice("info", f"{step.id}: reattached to job {rec.job_id} ({info.get('state')})")
             )
 
     def _unreachable(self, step: Step, rec: StepRecord, host: str, exc: Exception) -> str:
         rec.ended_at = time.time()
+        if isinstance(exc, AgentError) and exc.type == "not_found":  # gone while followed
+            exc = FateUnknown("job_vanished", f"{exc.message}; {ADVICE}")
+        if isinstance(exc, FateUnknown):
+            self._set(step.id, LOST, exc.reason, exc.message)
+            return LOST
         if isinstance(exc, AgentError):
             self._set(step.id, FAILED, "launch_error", exc.message)
             return FAILED
@@ -210,6 +222,6 @@ class RunnerMixin(EngineCore):
         try:
             await self._ensure_started(step, rec, host, reattach)
             end = await self._follow(step, rec, host)
-        except (AgentError, TransportError) as exc:
+        except (AgentError, TransportError, FateUnknown) as exc:
             return self._unreachable(step, rec, host, exc)
         return await self._finish_ok_or_post(step, rec, rec.started_at or time.time(), end)

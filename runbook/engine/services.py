@@ -14,6 +14,7 @@ from runbook.events import (
     GuardsEvaluated,
     ProgressUpdate,
 )
+from runbook.job_fate import FateUnknown
 from runbook.schema import Step
 from runbook.state import StepRecord
 from runbook.transports import TransportError
@@ -29,7 +30,7 @@ class ServiceMixin(EngineCore):
         svc, host = step.service, rec.host or self.host_of(step)
         try:
             await self._ensure_started(step, rec, host, reattach)
-        except (AgentError, TransportError) as exc:
+        except (AgentError, TransportError, FateUnknown) as exc:
             return self._unreachable(step, rec, host, exc)
         follower = asyncio.ensure_future(self._follow(step, rec, host))
         started = time.monotonic()

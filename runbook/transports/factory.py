@@ -11,8 +11,9 @@ from runbook.transports import Transport, TransportError
 from runbook.transports.local import LocalTransport
 
 
-def local_spool(state_dir: Path) -> Path:
-    return Path(os.environ.get("EAGLE_TUI_SPOOL") or Path(state_dir) / "spool")
+def local_spool(state_dir: Path) -> Path:  # noqa: ARG001
+    """The box's one spool (as over ssh), whatever the state dir: the driver lock lives there."""
+    return Path(os.environ.get("EAGLE_TUI_SPOOL") or Path.home() / ".eagle-tui" / "spool")
 
 
 def make_transport_factory(state_dir: Path, options: Any = None) -> Callable[..., Transport]:

@@ -82,7 +82,8 @@ def test_environment_cwd_and_stdin(agent: AgentProc, tmp_path: Path) -> None:
     code = (
         "import os, sys; print(os.getcwd()); print(os.environ['MY_VAR']);"
         "print(os.environ['PYTHONUNBUFFERED']); print(repr(sys.stdin.read()));"
-        "print(os.getpgid(0) == os.getpid(), os.getsid(0) != os.getpid());"
+        # the job's parent, its leader (jobleader), leads the job's process group
+        "print(os.getpgid(0) == os.getppid(), os.getsid(0) != os.getpid());"
         "import signal; print(signal.getsignal(signal.SIGHUP) == signal.SIG_DFL,"
         " signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
     )

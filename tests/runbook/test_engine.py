@@ -156,6 +156,7 @@ def test_agent_killed_during_detached_job(cli, tmp_path):
             detach: true
             run: [python3, -c, "import time,sys\\nfor i in range(60):\\n    print('line', i, flush=True)\\n    time.sleep(0.03)\\nsys.exit(7)"]
             retry: {max: 1, on: [lost]}
+            idempotent: true
     """)
     proc = cli.popen("run", str(rb), "--auto")
     spool = tmp_path / "spool"

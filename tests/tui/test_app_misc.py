@@ -108,7 +108,7 @@ async def test_unknown_host_key_is_asked_about_then_trusted(env):
     app = holder["app"] = env.app(transports=factory)
     events = Events(app)
     async with app.run_test(size=SIZE) as pilot:
-        await opened(pilot)
+        # the run opens only once the box is reached (the driver claim is taken there)
         ask = await wait_for(
             pilot, lambda: isinstance(app.screen, AskScreen) and app.screen, what="trust question"
         )
@@ -116,6 +116,7 @@ async def test_unknown_host_key_is_asked_about_then_trusted(env):
         old = app.engine.sessions["gpu-box"]
         old_stats = list(app.engine._stats_tasks)
         await pilot.press("y")
+        await opened(pilot)
         await wait_for(
             pilot, lambda: events.of(HostStats), what="stats over the trusted connection"
         )
@@ -151,6 +152,6 @@ async def test_a_run_driven_elsewhere_is_refused_with_a_modal(env):
             assert "another eagle-tui process" in screen.body
             await pilot.press("escape")
             await wait_for(pilot, lambda: not app.is_running, what="the app to exit")
-        assert app.return_value == 2
+        assert app.return_value == 4  # locked: the same exit code as a second headless driver
     finally:
         other.unlock()

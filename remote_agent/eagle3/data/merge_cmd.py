@@ -1,8 +1,10 @@
 """`eagle3 merge`: several tokenized sources -> one seeded-shuffled JSONL + manifest + index.
 
 Pass 1 reads the sources in command-line order, in line-aligned chunks spread over worker
-processes (`merge_worker`): every line is validated, truncated to --max-len, its last position's
-mask bit cleared (it has no next token to train on), and spilled as a canonical line into
+processes (`merge_worker`): every line is validated (a record without `source` takes the
+source name: the file stem or NAME), truncated to --max-len (every mask bit kept: the trainer
+predicts token t from position t-2, so the final end-of-turn token trains too), and spilled as a
+canonical line into
 key-range buckets (`shuffle`). The parent decides, in input order, what is dropped: records left
 with nothing to train, exact duplicates (same input_ids; the first kept copy wins) and id
 clashes. Pass 2 sorts each bucket by key, applies per-source caps (a cap keeps the records with
@@ -141,8 +143,8 @@ def run(args: argparse.Namespace) -> int:
     if args.max_per_source is not None:
         for name in names:
             caps.setdefault(name, args.max_per_source)
-    if args.max_len is not None and args.max_len < 2:
-        raise BadInput("--max-len: must be at least 2 (the last position never trains)")
+    if args.max_len is not None and args.max_len < 3:
+        raise BadInput("--max-len: must be at least 3 (the first target is position 2)")
     if args.memory_mb <= 0:
         raise BadInput("--memory-mb: must be positive")
     vocab = args.vocab_size

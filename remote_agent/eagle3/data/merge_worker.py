@@ -69,12 +69,11 @@ def scan(task: tuple[int, str, str, Chunk]) -> tuple[int, list[Meta], int]:
     for lineno, _off, raw in chunk_lines(path, chunk):
         if not raw.strip():
             continue
-        rec = parse_raw(raw, path, lineno, opts.vocab)
+        rec = parse_raw(raw, path, lineno, opts.vocab, default_source=name)
         digest = hashlib.sha256(rec.ids_text).digest()[:16]  # sha256 is hardware-accelerated
         truncated = max_len is not None and rec.n_tokens > max_len
         if truncated:
             rec = rec.truncated(max_len)
-        rec = rec.with_last_untrained()
         if rec.n_trainable == 0:
             metas.append((lineno, digest, None, 0, truncated))
             continue

@@ -55,9 +55,14 @@ class Record:
 
 
 def parse_record(
-    line: str | bytes, path: object, lineno: int, vocab_size: int | None = None
+    line: str | bytes,
+    path: object,
+    lineno: int,
+    vocab_size: int | None = None,
+    default_source: str | None = None,
 ) -> Record:
-    """Validate one line; any problem is a BadInput naming `path:lineno` and what to fix."""
+    """Validate one line; any problem is a BadInput naming `path:lineno` and what to fix.
+    `default_source` (merge: the file's source name) stands in for a missing 'source'."""
     try:
         obj: Any = json.loads(line)
     except ValueError as exc:
@@ -68,6 +73,8 @@ def parse_record(
         raise BadInput(located(path, lineno, "not valid JSON (nested too deeply)")) from None
     if not isinstance(obj, dict):
         raise BadInput(located(path, lineno, f"expected a JSON object, got {type(obj).__name__}"))
+    if "source" not in obj and default_source is not None:
+        obj["source"] = default_source
     missing = [k for k in RECORD_KEYS if k not in obj]
     if missing:
         raise BadInput(located(path, lineno, f"missing field(s) {', '.join(missing)}"))
@@ -141,25 +148,12 @@ class RawRecord:
         )
 
     def truncated(self, max_len: int) -> RawRecord:
-        """The first max_len positions; callers recompute the mask's last position themselves."""
+        """The first max_len positions."""
         if self.n_tokens <= max_len:
             return self
         ids = self.ids_text.split(b",", max_len)[:max_len]
         mask = self.mask_text[: 2 * max_len - 1]
         return RawRecord(self.id, self.source, b",".join(ids), mask, max_len, mask.count(b"1"))
-
-    def with_last_untrained(self) -> RawRecord:
-        """The last position has no next token, so it never trains (see docs/CONTRACTS.md)."""
-        if self.mask_text[-1:] != b"1":
-            return self
-        return RawRecord(
-            self.id,
-            self.source,
-            self.ids_text,
-            self.mask_text[:-1] + b"0",
-            self.n_tokens,
-            self.n_trainable - 1,
-        )
 
     def token_ids(self):  # -> numpy int64 array
         import numpy as np
@@ -225,7 +219,11 @@ def _ids_valid(ids: bytes, n: int, vocab_size: int | None) -> bool:
 
 
 def parse_raw(
-    line: bytes | str, path: object, lineno: int | None, vocab_size: int | None = None
+    line: bytes | str,
+    path: object,
+    lineno: int | None,
+    vocab_size: int | None = None,
+    default_source: str | None = None,
 ) -> RawRecord:
     """Like `parse_record` (same acceptance, same messages) but returns a `RawRecord`."""
     if isinstance(line, str):
@@ -241,14 +239,14 @@ def parse_raw(
         n = len(mask) // 2 + 1
         if (
             isinstance(obj, dict)
-            and obj.keys() == {"id", "source"}
+            and (obj.keys() == {"id", "source"} or (obj.keys() == {"id"} and default_source))
             and isinstance(obj["id"], str)
             and obj["id"]
-            and isinstance(obj["source"], str)
+            and isinstance(obj.setdefault("source", default_source), str)
             and _ids_valid(ids, n, vocab_size)
         ):
             return RawRecord(obj["id"], obj["source"], ids, mask, n, mask.count(b"1"))
-    rec = parse_record(line, path, lineno, vocab_size)  # exact path: raises the located message
+    rec = parse_record(line, path, lineno, vocab_size, default_source)  # raises located messages
     return RawRecord(
         rec.id,
         rec.source,

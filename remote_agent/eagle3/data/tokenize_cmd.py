@@ -1,7 +1,9 @@
 """`eagle3 tokenize`: conversations -> {id, source, input_ids, loss_mask} records.
 
-Loss masks come from chat-template render boundaries (`loss_mask.py`). A sample whose template
-fails is reported by index in the result line and in OUT.errors.jsonl, never skipped silently;
+Loss masks come from chat-template render boundaries (`loss_mask.py`): every assistant turn is
+trained as the serving engine sees it. A sample whose template fails (or any of whose turns is
+refused; its other turns are still written) is reported by index in the result line and in
+OUT.errors.jsonl, never skipped silently;
 more than `--max-failed` of them fails the command. Samples with no trainable token are counted
 and dropped. Malformed input stops everything with `file:line` (exit 2) before anything is written.
 """
@@ -47,8 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--turns",
         choices=("all", "last", "split"),
         default="all",
-        help="supervise every assistant turn, only the last, or emit one sample per assistant "
-        "turn (needed for templates that rewrite earlier turns) (default: all)",
+        help="supervise every assistant turn (turns share a sample while the template renders "
+        "history unchanged; more samples, id#k, where it rewrites it), only the last, or one "
+        "sample per assistant turn (default: all)",
     )
     parser.add_argument(
         "--max-failed",
@@ -98,11 +101,12 @@ def _work(chunk: list[Item]) -> list[tuple[Any, ...]]:
     out: list[tuple[Any, ...]] = []
     for index, lineno, rid, messages, tools in chunk:
         try:
-            samples, stats = _BUILDER.build(rid, messages, tools)
+            samples, stats, errors = _BUILDER.build(rid, messages, tools)
         except TemplateError as exc:
             out.append(("error", (index, lineno, rid, str(exc))))
             continue
-        out.append(("ok", index, [(s.id, s.input_ids, s.loss_mask) for s in samples], vars(stats)))
+        produced = [(s.id, s.input_ids, s.loss_mask) for s in samples]
+        out.append(("ok", (index, lineno, rid, "; ".join(errors)), produced, vars(stats)))
     return out
 
 
@@ -201,8 +205,12 @@ def run(args: argparse.Namespace) -> int:
                     if item[0] == "error":
                         failures.append(item[1])
                         continue
-                    _, _index, produced, stats = item
+                    _, where, produced, stats = item
+                    if where[3]:  # some turns refused; the others are written below
+                        failures.append(where)
                     total.add(MaskStats(**stats))
+                    if not produced and not where[3]:  # no assistant turn: nothing to train
+                        dropped += 1
                     for rid, ids, mask in produced:
                         n_train = sum(mask)
                         if n_train == 0:

@@ -5,7 +5,7 @@ cannot be made (manifest or data missing or unreadable, manifest malformed, bad 
 
 Checks, in file order for each line, then for the whole file:
 - every line is a well-formed record in canonical form (ids within the vocabulary with
-  --tokenizer/--vocab-size), trains something, never its last position, fits max_len, and comes
+  --tokenizer/--vocab-size), trains something, fits max_len, and comes
   from a source the manifest lists and did not drop;
 - against OUT.index.json (when present): same id, byte offset, lengths and content digest, which
   names the exact line of a dropped, inserted, moved or edited record;

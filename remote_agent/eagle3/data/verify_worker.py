@@ -129,8 +129,6 @@ def _check_line(
     if rec.source not in o.sources or rec.source in o.dropped:
         how = "dropped" if rec.source in o.dropped else "does not list"
         raise _Bad(f"{where}: {rid} is from source {rec.source!r}, which the manifest {how}")
-    if rec.mask_text.endswith(b"1"):
-        raise _Bad(f"{where}: {rid} trains its last position (merge never does)")
     if rec.n_trainable == 0:
         raise _Bad(f"{where}: {rid} has no trainable token (merge drops those)")
     if o.max_len is not None and rec.n_tokens > o.max_len:

@@ -30,11 +30,18 @@ import torch
 from remote_agent.eagle3.errors import BadInput, Failed
 
 
+def conversation_id(sample_id: str) -> str:
+    """`conv#k` (one sample per turn, written by `eagle3 tokenize`) -> `conv`."""
+    base, sep, k = sample_id.rpartition("#")
+    return base if sep and base and k.isdigit() else sample_id
+
+
 def is_holdout(sample_id: str, fraction: float) -> bool:
-    """Stable split by id hash (independent of order, seed and world size)."""
+    """Stable split by the conversation's id hash (independent of order, seed and world size):
+    all samples of one conversation land on the same side."""
     if fraction <= 0:
         return False
-    h = int.from_bytes(hashlib.sha256(sample_id.encode()).digest()[:8], "big")
+    h = int.from_bytes(hashlib.sha256(conversation_id(sample_id).encode()).digest()[:8], "big")
     return (h % 1_000_000) < fraction * 1_000_000
 
 

@@ -17,3 +17,10 @@ def tok(tiny_target):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(tiny_target))
+
+
+@pytest.fixture(scope="session")
+def kimi_tok(tmp_path_factory):
+    from kimi_fixture import build_kimi_tokenizer
+
+    return build_kimi_tokenizer(tmp_path_factory.mktemp("kimi-tokenizer"))

@@ -16,7 +16,9 @@ from remote_agent.eagle3.data.loss_mask import MaskBuilder, TemplateError
 
 
 def build(tok, messages, **kw):
-    samples, stats = MaskBuilder(tok, **kw).build("s", messages)
+    samples, stats, errors = MaskBuilder(tok, **kw).build("s", messages)
+    if errors:  # one refused turn is enough to fail these hand-checked cases
+        raise TemplateError("; ".join(errors))
     return samples, stats
 
 
@@ -55,7 +57,8 @@ def test_reasoning_masked_stays_in_input_but_is_not_supervised(tok):
         [
             (SYSTEM, 0), ("You are terse.", 0), (END, 0),
             (USER, 0), ("def foo():", 0), (END, 0),
-            (ASSISTANT, 0), ("<think>", 0), ("a stub", 0), ("</think>", 0), ("return None", 1), (END, 1),
+            # the model emits </think> after its (unsupervised) reasoning: that is trained
+            (ASSISTANT, 0), ("<think>", 0), ("a stub", 0), ("</think>", 1), ("return None", 1), (END, 1),
             (USER, 0), ("and imports?", 0), (END, 0),
             (ASSISTANT, 0), ("import os", 1), (END, 1),
         ],
@@ -128,8 +131,8 @@ def test_content_that_looks_like_template_markup_is_still_content(tok):
 
 
 def test_no_assistant_turn_means_nothing_trainable(tok):
-    [s], stats = build(tok, [{"role": "user", "content": "hello"}])
-    assert sum(s.loss_mask) == 0 and stats.turns == 0
+    samples, stats = build(tok, [{"role": "user", "content": "hello"}])
+    assert samples == [] and stats.turns == 0
 
 
 # -- BPE merges across a boundary --------------------------------------------------------------
@@ -240,16 +243,20 @@ def test_template_exception_becomes_template_error(tok):
         build(tok, msgs, chat_template=FAILING)
 
 
-def test_template_that_rewrites_earlier_turns_is_detected_and_split_fixes_it(tok):
+def test_template_that_rewrites_earlier_turns_gets_one_sample_per_history(tok):
     msgs = [
         {"role": "user", "content": "q1"},
         {"role": "assistant", "content": "a1", "reasoning_content": "r1"},
         {"role": "user", "content": "q2"},
         {"role": "assistant", "content": "a2", "reasoning_content": "r2"},
     ]
-    with pytest.raises(TemplateError, match="not a prefix.*--turns split"):
-        build(tok, msgs, chat_template=DROPS_PAST_REASONING)
+    # --turns all: the rewritten history cannot hold both turns, so each gets its own sample
+    together, _ = build(tok, msgs, chat_template=DROPS_PAST_REASONING)
     samples, _ = build(tok, msgs, chat_template=DROPS_PAST_REASONING, turns="split")
+    assert [s.id for s in together] == [s.id for s in samples] == ["s#0", "s#1"]
+    assert [(s.input_ids, s.loss_mask) for s in together] == [
+        (s.input_ids, s.loss_mask) for s in samples
+    ]
     ids, mask = expected(
         tok,
         [
@@ -270,13 +277,15 @@ def test_template_that_rewrites_earlier_turns_is_detected_and_split_fixes_it(tok
     assert (samples[1].input_ids, samples[1].loss_mask) == (ids1, mask1)
 
 
-def test_reasoning_the_template_ignores_is_counted(tok):
+def test_reasoning_the_template_cannot_render_is_a_counted_error(tok):
     msgs = [
         {"role": "user", "content": "q"},
         {"role": "assistant", "content": "a", "reasoning_content": "r"},
     ]
-    [s], stats = build(tok, msgs, chat_template=IGNORES_REASONING)
-    assert stats.reasoning_turns == 1 and stats.reasoning_not_rendered == 1
+    samples, stats, errors = MaskBuilder(tok, chat_template=IGNORES_REASONING).build("s", msgs)
+    assert samples == [] and stats.reasoning_not_rendered == stats.failed_turns == 1
+    assert "cannot render this turn's reasoning" in errors[0]
+    [s], stats = build(tok, msgs, chat_template=IGNORES_REASONING, reasoning="drop")
     _, mask = expected(
         tok, [("<|im_user|>", 0), ("q", 0), (END, 0), ("<|im_assistant|>", 0), ("a", 1), (END, 1)]
     )

@@ -101,13 +101,14 @@ def test_bucket_reader_splits_an_oversized_bucket_recursively(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_truncation_recomputes_the_mask_and_the_last_position_never_trains(cli, tmp_path):
+def test_truncation_cuts_and_the_final_end_of_turn_token_still_trains(cli, tmp_path):
+    # the trainer predicts token t from position t-2: a record's last token is a real target
     src = write_records(
         tmp_path / "a.jsonl",
         [
-            ("long", [10, 11, 12, 13, 14, 15], [0, 0, 1, 1, 1, 1]),  # cut to 4: [0,0,1,0]
-            ("short", [20, 21, 22], [0, 1, 1]),  # not cut, last bit cleared: [0,1,0]
-            ("empty-after-cut", [30, 31, 32, 33, 34], [0, 0, 0, 1, 1]),  # [0,0,0,0]: dropped
+            ("long", [10, 11, 12, 13, 14, 15], [0, 0, 1, 1, 1, 1]),  # cut to 4: [0,0,1,1]
+            ("short", [20, 21, 22], [0, 1, 1]),  # not cut: every bit kept
+            ("last-only", [30, 31, 32, 33, 34], [0, 0, 0, 1, 1]),  # cut: [0,0,0,1]
             ("untrainable", [40, 41], [0, 0]),
         ],
     )
@@ -115,11 +116,26 @@ def test_truncation_recomputes_the_mask_and_the_last_position_never_trains(cli, 
     run = cli("merge", src, "--out", out, "--max-len", "4", "--workers", "1")
     assert run.rc == 0, run.stderr
     got = {r.id: (r.input_ids, r.loss_mask) for r in merged(out)}
-    assert got == {"long": ([10, 11, 12, 13], [0, 0, 1, 0]), "short": ([20, 21, 22], [0, 1, 0])}
+    assert got == {
+        "long": ([10, 11, 12, 13], [0, 0, 1, 1]),
+        "short": ([20, 21, 22], [0, 1, 1]),
+        "last-only": ([30, 31, 32, 33], [0, 0, 0, 1]),
+    }
     manifest = json.loads((tmp_path / "m.manifest.json").read_text())
     st = manifest["sources"]["a"]
-    assert (st["records"], st["tokens"], st["trainable_tokens"]) == (2, 7, 2)
-    assert (st["truncated"], st["dropped_untrainable"], st["dropped_duplicates"]) == (1, 2, 0)
+    assert (st["records"], st["tokens"], st["trainable_tokens"]) == (3, 11, 5)
+    assert (st["truncated"], st["dropped_untrainable"], st["dropped_duplicates"]) == (2, 1, 0)
+    assert cli("verify", out).rc == 0
+
+
+def test_a_record_without_source_takes_the_file_stem(cli, tmp_path):
+    src = tmp_path / "chats.v2.jsonl"
+    src.write_text('{"id":"x","input_ids":[1,2,3],"loss_mask":[0,1,1]}\n')
+    out = tmp_path / "m.jsonl"
+    run = cli("merge", src, f"named={src}", "--out", out, "--workers", "1", "--prefix-ids")
+    assert run.rc == 0, run.stderr
+    assert sorted((r.id, r.source) for r in merged(out)) == [("chats.v2/x", "chats.v2")]
+    assert run.result["sources"]["named"]["dropped_duplicates"] == 1
 
 
 def test_duplicates_caps_and_drops(cli, tmp_path):
@@ -213,7 +229,7 @@ def test_bad_input_is_located_and_nothing_is_written(cli, tmp_path, monkeypatch)
         "json": ('{"id":"x","source":"s","input_ids":[1,2],"loss_mask":[1,0]}\n{"id": oops}\n', ":2: not valid JSON"),
         "lengths": ('{"id":"x","source":"s","input_ids":[1,2],"loss_mask":[1]}\n', ":1: record 'x': 2 input_ids but 1 loss_mask"),
         "type": ('{"id":"x","source":"s","input_ids":[1,"2"],"loss_mask":[1,0]}\n', ":1: record 'x': 'input_ids' must be a list of integers"),
-        "missing": ('{"id":"x","input_ids":[1],"loss_mask":[1]}\n', ":1: missing field(s) source"),
+        "missing": ('{"id":"x","source":"s","input_ids":[1]}\n', ":1: missing field(s) loss_mask"),
     }  # fmt: skip
     out = tmp_path / "m.jsonl"
     for name, (text, message) in cases.items():
@@ -232,7 +248,7 @@ def test_bad_input_is_located_and_nothing_is_written(cli, tmp_path, monkeypatch)
     for args, message in (
         (["--drop", "nope"], "--drop nope: no source named 'nope'"),
         (["--cap", "good=x"], "--cap good=x: expected SOURCE=N"),
-        (["--max-len", "1"], "--max-len: must be at least 2"),
+        (["--max-len", "2"], "--max-len: must be at least 3"),
     ):
         run = cli("merge", good, "--out", out, *args)
         assert run.rc == 2 and message in run.error
@@ -252,13 +268,11 @@ def test_rerun_replaces_old_outputs_atomically(cli, tmp_path):
 
 
 def test_an_untrainable_copy_does_not_shadow_a_trainable_one(cli, tmp_path):
-    a = write_records(
-        tmp_path / "a.jsonl", [("x", [5, 6, 7], [0, 0, 1])]
-    )  # last bit cleared: nothing
+    a = write_records(tmp_path / "a.jsonl", [("x", [5, 6, 7], [0, 0, 0])])  # nothing to train
     b = write_records(tmp_path / "b.jsonl", [("y", [5, 6, 7], [0, 1, 1])])
     out = tmp_path / "m.jsonl"
     run = cli("merge", a, b, "--out", out, "--workers", "1")
     assert run.rc == 0
-    assert [(r.id, r.loss_mask) for r in merged(out)] == [("y", [0, 1, 0])]
+    assert [(r.id, r.loss_mask) for r in merged(out)] == [("y", [0, 1, 1])]
     s = run.result["sources"]
     assert (s["a"]["dropped_untrainable"], s["b"]["dropped_duplicates"]) == (1, 0)

@@ -76,7 +76,7 @@ def test_reasoning_flag_and_default_source_name(cli, tiny_target, tok, tmp_path)
         tok,
         [
             (USER, 0), ("def foo():", 0), (END, 0),
-            (ASSISTANT, 0), ("<think>", 0), ("stub", 0), ("</think>", 0), ("return None", 1), (END, 1),
+            (ASSISTANT, 0), ("<think>", 0), ("stub", 0), ("</think>", 1), ("return None", 1), (END, 1),
         ],
     )  # fmt: skip
     assert rec.loss_mask == mask

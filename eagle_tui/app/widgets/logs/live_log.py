@@ -7,6 +7,7 @@ size at that moment and remembers it; later chunks at or below it are already on
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.style import Style
@@ -15,6 +16,7 @@ from textual.strip import Strip
 from textual.widgets import Log
 
 from eagle_tui.app.widgets.logs.feed import LogFeed, read_tail
+from runbook.mirror import resume_point
 
 MAX_LINES = 5000  # scrollback kept in the widget
 MAX_BATCH = 2000  # lines per flush: ~20k lines/s shown in full; beyond, skipped with a marker
@@ -75,6 +77,9 @@ class LiveLog(Log):
         self.step, self.source, self.upto = step, log_file, 0
         if step is None or not log_file:
             return
+        # Where the mirror durably ends (a resumed engine continues exactly there), not the
+        # state file's older cursor: lines between the two were shown once already.
+        mirror_size = resume_point(Path(log_file), 0, mirror_size)[1]
         lines, partial = read_tail(log_file, mirror_size, self.max_lines or MAX_LINES)
         self.upto = mirror_size
         self.feed.partial = partial

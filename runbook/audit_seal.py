@@ -1,0 +1,263 @@
+"""The audit is the record: on open, check the run's files against each other and the box.
+
+- The chain must verify, and contain the head the box recorded (`audit.head_get`): dropping the
+  tail, or adding records after a driver closed cleanly, is caught by files alone unrewritable.
+- A torn last line (a crash mid-append) is cut off and the cut is audited by the caller.
+- state.json is sealed by the audit: its head must be in the chain and its step statuses must be
+  the ones the audit's last `step.state` records say. A state behind the chain (a crash between
+  the append and the save) takes its statuses from the audit.
+Anything else raises AuditBreak with one message; `--accept-audit-break` proceeds, audited.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from runbook import audit as audit_mod
+from runbook.state import RunState, RunStore, StepRecord
+
+OVERRIDE = "--accept-audit-break"
+
+
+class AuditBreak(Exception):
+    """The run's audit and state disagree; str() is the one line to show."""
+
+
+@dataclass
+class Opened:
+    state: RunState | None
+    notes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # audit records to add
+
+
+def repair_torn_tail(path: Path) -> dict[str, Any] | None:
+    """Cut a last line without its newline (a crash mid-append); return what was cut."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    if not data or data.endswith(b"\n"):
+        return None
+    cut = data.rfind(b"\n") + 1
+    tail = data[cut:]
+    try:
+        rec = json.loads(tail)
+        complete = isinstance(rec, dict) and rec.get("hash") == audit_mod.record_hash(rec)
+    except ValueError:
+        complete = False
+    with open(path, "r+b") as f:
+        if complete:  # the record was whole, only its newline was lost
+            f.seek(0, os.SEEK_END)
+            f.write(b"\n")
+        else:
+            f.truncate(cut)
+        f.flush()
+        os.fsync(f.fileno())
+    if complete:
+        return None
+    return {"cut_bytes": len(tail), "cut_text": tail[:200].decode("utf-8", "replace")}
+
+
+def derived_steps(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each step's last `step.state` record: what the audit says the step's state is."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in records:
+        if r.get("event") == "step.state" and isinstance(r.get("step"), str):
+            out[r["step"]] = r
+    return out
+
+
+def _ts(rec: dict[str, Any]) -> float:
+    try:
+        return datetime.fromisoformat(str(rec.get("ts")).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def rebuild_state(run_id: str, records: list[dict[str, Any]]) -> RunState:
+    """A state from the audit alone (log cursors restart at 0: the mirror is rewritten)."""
+    start = next((r for r in records if r.get("event") == "run.started"), records[0])
+    rb = start.get("runbook") or {}
+    head = records[-1]
+    state = RunState(
+        run_id=run_id,
+        runbook_name=str(rb.get("name", "")),
+        runbook_path=str(rb.get("path", "")),
+        runbook_sha256=str(rb.get("sha256", "")),
+        vars=dict(start.get("vars") or {}),
+        created_at=_ts(start),
+        updated_at=_ts(head),
+        steps={},
+        audit_seq=int(head["seq"]),
+        audit_head=str(head["hash"]),
+    )
+    apply_derived(state, records)
+    return state
+
+
+def apply_derived(state: RunState, records: list[dict[str, Any]]) -> None:
+    for sid, r in derived_steps(records).items():
+        rec = state.steps.setdefault(sid, StepRecord())
+        rec.status, rec.reason, rec.message = r.get("status"), r.get("reason"), r.get("message")
+        rec.attempt = int(r.get("attempt") or 0)
+        rec.job_id = r.get("job_id")
+
+
+def _mismatches(state: RunState, records: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for sid, r in derived_steps(records).items():
+        rec = state.steps.get(sid)
+        have = rec.status if rec else None
+        if have != r.get("status"):
+            out.append(
+                f"step {sid!r} is {have!r} in state.json but {r.get('status')!r} in the audit"
+            )
+    return out
+
+
+def _load_state(store: RunStore) -> tuple[RunState | None, str | None]:
+    try:
+        text = store.state_path.read_text()
+    except FileNotFoundError:
+        return None, "state.json is missing"
+    except OSError as exc:
+        return None, f"state.json cannot be read ({exc.strerror})"
+    if not text.strip():
+        return None, "state.json is empty"
+    try:
+        return RunState.model_validate_json(text), None
+    except ValueError:
+        return None, "state.json is truncated or not a run state"
+
+
+def check_run(
+    store: RunStore, box_head: dict[str, Any] | None, accept_break: bool = False
+) -> Opened:
+    """Verify the run's audit and state before resuming; see the module docstring."""
+    where = store.dir
+    opened = Opened(None)
+    have_audit = store.audit_path.exists() and store.audit_path.stat().st_size > 0
+    if not have_audit:
+        if box_head is not None or store.state_path.exists():
+            problem = "its audit log is missing or empty" + (
+                f" but the box recorded head seq {box_head.get('seq')}" if box_head else ""
+            )
+            return _broken(store, problem, accept_break, opened, records=[])
+        return opened  # a new run
+    torn = repair_torn_tail(store.audit_path)
+    if torn:
+        opened.notes.append(("audit.repaired", {"what": "torn last record cut", **torn}))
+    result = audit_mod.verify(store.audit_path)
+    records = audit_mod.read_records(store.audit_path) if result.ok else []
+    if not result.ok:
+        return _broken(
+            store, f"audit line {result.bad_line}: {result.problem}", accept_break, opened, records
+        )
+    by_seq = {r["seq"]: r for r in records}
+    head = result.head
+    if box_head is None:
+        opened.notes.append(("audit.no_box_head", {"local_head": {"seq": head.seq}}))
+    else:
+        bseq, bhash = box_head.get("seq"), box_head.get("hash")
+        if not isinstance(bseq, int) or bseq > head.seq:
+            return _broken(
+                store,
+                f"the audit ends at seq {head.seq} but the box recorded head seq {bseq}: "
+                "records were dropped from the end",
+                accept_break,
+                opened,
+                records,
+            )
+        if by_seq.get(bseq, {}).get("hash") != bhash:
+            return _broken(
+                store,
+                f"audit record seq {bseq} is not the one the box recorded (hash "
+                f"{str(bhash)[:12]}…): the log was rewritten",
+                accept_break,
+                opened,
+                records,
+            )
+        if head.seq > bseq:
+            extra = head.seq - bseq
+            if box_head.get("clean"):
+                return _broken(
+                    store,
+                    f"{extra} audit record(s) after seq {bseq}, the head the box recorded when "
+                    "the last driver closed: they were added outside eagle-tui",
+                    accept_break,
+                    opened,
+                    records,
+                )
+            opened.notes.append(("audit.ahead_of_box", {"box_seq": bseq, "records": extra}))
+    state, why = _load_state(store)
+    if state is None:
+        return _broken(store, str(why), accept_break, opened, records)
+    in_chain = by_seq.get(state.audit_seq, {}).get("hash") == state.audit_head
+    if not in_chain:
+        return _broken(
+            store,
+            f"state.json's audit head (seq {state.audit_seq}) is not in the audit log",
+            accept_break,
+            opened,
+            records,
+            state,
+        )
+    if state.audit_seq == head.seq:
+        bad = _mismatches(state, records)
+        if bad:
+            return _broken(
+                store,
+                "state.json was edited: " + "; ".join(bad),
+                accept_break,
+                opened,
+                records,
+                state,
+            )
+    else:
+        opened.notes.append(
+            ("state.rederived", {"state_seq": state.audit_seq, "audit_seq": head.seq})
+        )
+        apply_derived(state, records)
+    del where
+    opened.state = state
+    return opened
+
+
+def _broken(
+    store: RunStore,
+    problem: str,
+    accept: bool,
+    opened: Opened,
+    records: list[dict[str, Any]],
+    state: RunState | None = None,
+) -> Opened:
+    if not accept:
+        raise AuditBreak(
+            f"{store.dir}: refusing to resume run {store.run_id}: {problem}. Inspect it with "
+            f"`eagle-tui audit export {store.run_id}`; to resume anyway, deliberately, run again "
+            f"with {OVERRIDE} (recorded in the audit), or start afresh with --new-run"
+        )
+    opened.notes.append(("audit.break_accepted", {"problem": problem, "flag": OVERRIDE}))
+    if state is None:
+        state, _ = _load_state(store)
+    if state is None and records:
+        state = rebuild_state(store.run_id, records)
+    elif state is not None and records:
+        apply_derived(state, records)
+    opened.state = state
+    return opened
+
+
+def audit_status(state_dir: Path, run_id: str, step_id: str) -> str | None:
+    """What another run's audit says of a step (None if its chain does not verify): a
+    `step_succeeded` guard with `within:` trusts this, not that run's state.json."""
+    path = Path(state_dir) / "runs" / run_id / "audit.jsonl"
+    if not path.exists() or not audit_mod.verify(path).ok:
+        return None
+    rec = derived_steps(audit_mod.read_records(path)).get(step_id)
+    return rec.get("status") if rec else None

@@ -1,0 +1,118 @@
+"""The local mirror of one job's log, with a cursor kept in step with every append.
+
+What the operator was shown is derived from what was durably mirrored: a chunk is appended to
+the mirror first and only then emitted to the console/cockpit. To resume after a `kill -9` of
+the client exactly where the mirror ends (not where the state file's cursor, saved at most every
+0.5 s, says), each append is preceded by an atomic write of `<mirror>.cursor`:
+
+    {"before": [remote_offset, mirror_size], "after": [remote_end, mirror_size_after],
+     "shown": mirror offset the console has drawn}
+
+On resume the mirror's own size says which side of the append the client died on: equal to
+`after` (appended; resume after it), equal to `before` (never appended, so never shown: fetch it
+again), in between (a torn append: cut it back to `before`). Anything else (a cursor from
+another attempt, a mirror edited by hand) falls back to the state file's cursor, cutting the
+mirror back to it, as before. `shown` is rewritten after the chunk's event returned (the console draws synchronously, one
+write per chunk): mirrored bytes past it are drawn first on resume, from the mirror. Secrets are redacted before the append, so mirror sizes and
+remote offsets differ: that is why the cursor records both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+CURSOR_SUFFIX = ".cursor"
+
+
+def cursor_path(mirror: Path) -> Path:
+    return mirror.with_name(mirror.name + CURSOR_SUFFIX)
+
+
+def _read_cursor(mirror: Path) -> tuple[tuple[int, int], tuple[int, int], int] | None:
+    try:
+        v = json.loads(cursor_path(mirror).read_text())
+        before, after = v["before"], v["after"]
+        pair = (int(before[0]), int(before[1])), (int(after[0]), int(after[1]))
+        shown = int(v.get("shown", after[1]))
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+    (rb, mb), (ra, ma) = pair
+    if not (0 <= rb <= ra and 0 <= mb <= ma):
+        return None
+    return pair[0], pair[1], shown
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def resume_point(mirror: Path, saved_remote: int, saved_mirror: int) -> tuple[int, int]:
+    """(remote offset, mirror size) to resume at; never changes a file (readers use it too)."""
+    return _resume(mirror, saved_remote, saved_mirror)[:2]
+
+
+def _resume(mirror: Path, saved_remote: int, saved_mirror: int) -> tuple[int, int, int]:
+    """(remote offset, mirror size, mirror offset the console has shown)."""
+    size = _size(mirror)
+    cur = _read_cursor(mirror)
+    if cur is not None:
+        (rb, mb), (ra, ma), shown = cur
+        if size == ma:
+            return ra, ma, min(max(shown, mb), ma)
+        if mb <= size < ma:
+            return rb, mb, mb
+    size = min(saved_mirror, size)
+    return saved_remote, size, size
+
+
+class LogMirror:
+    """Appends to one mirror file; `remote`/`size` are where the mirror ends."""
+
+    def __init__(self, path: Path, saved_remote: int, saved_mirror: int) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.remote, self.size, self.shown = _resume(path, saved_remote, saved_mirror)
+        self._before = [self.remote, self.size]
+        # Bytes past the resume point were never shown (or are torn): they come again.
+        with open(path, "ab") as f:
+            f.truncate(self.size)
+
+    def unshown(self) -> bytes:
+        """Mirrored bytes the console never finished showing (the client died while it drew
+        them): shown first on resume, from the mirror itself."""
+        if self.shown >= self.size:
+            return b""
+        with open(self.path, "rb") as f:
+            f.seek(self.shown)
+            return f.read(self.size - self.shown)
+
+    def append(self, remote_end: int, data: bytes) -> None:
+        self._before = [self.remote, self.size]
+        after = self.size + len(data)
+        self._write_cursor([remote_end, after], shown=self.size)
+        with open(self.path, "ab") as f:
+            f.write(data)
+        self.remote, self.size = remote_end, after
+
+    def mark_shown(self) -> None:
+        """The console has drawn everything appended so far (called after the chunk's event)."""
+        self._write_cursor([self.remote, self.size], shown=self.size)
+        self.shown = self.size
+
+    def _write_cursor(self, after: list[int], shown: int) -> None:
+        _write_atomic(
+            cursor_path(self.path),
+            json.dumps({"before": self._before, "after": after, "shown": shown}),
+        )
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)

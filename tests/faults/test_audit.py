@@ -1,0 +1,290 @@
+"""Attacks on "the audit is the record": tamper with a run's files, then resume it.
+
+Real CLI, real local agent (its spool is "the box"). A base run is made once (step `a`
+succeeds, `b` fails: the run stays unfinished and resumable); each trial copies it, attacks the
+copy, and resumes. Held = refused with one message naming the fault (exit 2, `a` not re-run,
+no traceback), or, for a torn last line, repaired with an audited record and resumed.
+Every trial runs (the tally counts them all); a test fails at its end if any broke.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from runbook.audit import canonical, record_hash
+from tests.runbook.conftest import Cli
+
+RUNBOOK = """\
+    name: sealed
+    steps:
+      - id: a
+        title: Counts its runs
+        run: echo a >> {work}/a.count
+      - id: b
+        title: Fails until the file ok exists
+        run: test -f {work}/ok && echo b >> {work}/b.count
+      - id: c
+        title: Needs b
+        preconditions:
+          - {{check: step_succeeded, step: b}}
+        run: echo c >> {work}/c.count
+"""
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("audit-base")
+    cli = Cli(root)
+    rb = cli.runbook(RUNBOOK.format(work=root / "work"))
+    (root / "work").mkdir()
+    cli("run", "--auto", str(rb), check=1)
+    return root
+
+
+def trial_copy(base: Path, dest: Path) -> tuple[Cli, Path, Path]:
+    """A copy of the base run (state, spool = the box, work dir) at `dest`, runbook re-pointed."""
+    shutil.copytree(base, dest)
+    cli = Cli(dest)
+    rb = cli.runbook(RUNBOOK.format(work=dest / "work"))
+    run_dir = next((dest / "state" / "runs").iterdir())
+    return cli, rb, run_dir
+
+
+def lines(path: Path) -> list[bytes]:
+    return path.read_bytes().splitlines(keepends=True)
+
+
+def count(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def refused(out: subprocess.CompletedProcess, cli: Cli, what: str) -> bool:
+    err = out.stderr.strip()
+    return (
+        out.returncode == 2
+        and "refusing to resume" in err
+        and what in err
+        and "--accept-audit-break" in err
+        and "Traceback" not in out.stderr + out.stdout
+        and len(err.splitlines()) == 1
+        and count(cli.tmp / "work" / "a.count") == 1  # nothing re-ran
+        and count(cli.tmp / "work" / "c.count") == 0
+    )
+
+
+def forge(prev: dict, event: str, **fields) -> bytes:
+    rec = {**prev, "seq": prev["seq"] + 1, "event": event, "prev": prev["hash"], **fields}
+    rec.pop("hash")
+    rec["hash"] = record_hash(rec)
+    return canonical(rec) + b"\n"
+
+
+def test_dropped_tail_is_refused(base, tmp_path, tally):
+    breaks: list = []
+    rng = random.Random(41)
+    for i in range(6):
+        cli, rb, run = trial_copy(base, tmp_path / f"t{i}")
+        audit = run / "audit.jsonl"
+        recs = lines(audit)
+        keep = rng.randrange(1, len(recs))
+        audit.write_bytes(b"".join(recs[:keep]))
+        if rng.random() < 0.5:  # the thorough attacker also rewinds state.json's head
+            st = json.loads((run / "state.json").read_text())
+            last = json.loads(recs[keep - 1])
+            st["audit_seq"], st["audit_head"] = last["seq"], last["hash"]
+            (run / "state.json").write_text(json.dumps(st))
+        out = cli("run", "--auto", str(rb))
+        ok = refused(out, cli, "seq")
+        tally.trial("audit tail dropped, resume", ok)
+        if not ok:
+            breaks.append(out.stderr)
+    assert not breaks, breaks[:2]
+
+
+def test_forged_chained_record_is_refused(base, tmp_path, tally):
+    breaks: list = []
+    for i in range(6):
+        cli, rb, run = trial_copy(base, tmp_path / f"t{i}")
+        audit = run / "audit.jsonl"
+        last = json.loads(lines(audit)[-1])
+        forged = forge(last, "step.state", step="b", status="succeeded", reason=None)
+        with open(audit, "ab") as f:
+            f.write(forged)
+        st = json.loads((run / "state.json").read_text())  # and a state to match it
+        st["steps"]["b"]["status"] = "succeeded"
+        rec = json.loads(forged)
+        st["audit_seq"], st["audit_head"] = rec["seq"], rec["hash"]
+        (run / "state.json").write_text(json.dumps(st))
+        verify = cli("audit", "verify")
+        out = cli("run", "--auto", str(rb))
+        ok = refused(out, cli, "added outside eagle-tui")
+        tally.trial("audit forged chained record, resume", ok)
+        if not ok:
+            breaks.append((verify.stdout, out.stderr))
+    assert not breaks, breaks[:2]
+
+
+def test_torn_last_line_is_repaired_and_audited(base, tmp_path, tally):
+    breaks: list = []
+    rng = random.Random(7)
+    for i in range(8):
+        cli, rb, run = trial_copy(base, tmp_path / f"t{i}")
+        audit = run / "audit.jsonl"
+        last = json.loads(lines(audit)[-1])
+        whole = forge(last, "step.state", step="b", status="running")
+        cut = rng.randrange(1, len(whole) - 1)  # a crash mid-append: never the newline
+        with open(audit, "ab") as f:
+            f.write(whole[:cut])
+        (cli.tmp / "work" / "ok").write_text("")
+        out = cli("run", "--auto", str(rb))
+        verify = cli("audit", "verify")
+        events = [r["event"] for r in cli.audit()]
+        ok = (
+            out.returncode == 0
+            and "Traceback" not in out.stderr
+            and "audit.repaired" in events
+            and verify.returncode == 0
+            and count(cli.tmp / "work" / "a.count") == 1
+            and count(cli.tmp / "work" / "b.count") == 1
+        )
+        tally.trial("audit torn last line, resume", ok)
+        if not ok:
+            breaks.append((out.stdout[-2000:], out.stderr, verify.stderr))
+    assert not breaks, breaks[:2]
+
+
+@pytest.mark.parametrize("attack", ["emptied", "truncated", "edited"])
+def test_state_json_tampering_is_refused(base, tmp_path, tally, attack):
+    breaks: list = []
+    rng = random.Random(attack)
+    expect = {
+        "emptied": "state.json is empty",
+        "truncated": "state.json is truncated",
+        "edited": "state.json was edited",
+    }[attack]
+    for i in range(4):
+        cli, rb, run = trial_copy(base, tmp_path / f"t{i}")
+        state = run / "state.json"
+        text = state.read_text()
+        if attack == "emptied":
+            state.write_text("")
+        elif attack == "truncated":
+            state.write_text(text[: rng.randrange(1, len(text) - 2)])
+        else:
+            st = json.loads(text)
+            st["steps"]["b"]["status"] = "succeeded"
+            state.write_text(json.dumps(st))
+        out = cli("run", "--auto", str(rb))
+        ok = refused(out, cli, expect)
+        tally.trial(f"state.json {attack}, resume", ok)
+        if not ok:
+            breaks.append(out.stderr)
+    assert not breaks, breaks[:2]
+
+
+def test_override_is_audited_and_state_rederived(base, tmp_path, tally):
+    breaks: list = []
+    for i, attack in enumerate(["edited", "emptied"]):
+        cli, rb, run = trial_copy(base, tmp_path / f"t{i}")
+        state = run / "state.json"
+        if attack == "edited":
+            st = json.loads(state.read_text())
+            st["steps"]["b"]["status"] = "succeeded"
+            state.write_text(json.dumps(st))
+        else:
+            state.write_text("")
+        out = cli("run", "--auto", "--accept-audit-break", str(rb))
+        recs = cli.audit()
+        accepted = [r for r in recs if r["event"] == "audit.break_accepted"]
+        ok = (
+            out.returncode == 1  # b really failed: it runs again (the audit's word), and c not
+            and len(accepted) == 1
+            and "state.json" in accepted[0]["problem"]
+            and count(cli.tmp / "work" / "a.count") == 1
+            and count(cli.tmp / "work" / "c.count") == 0
+        )
+        tally.trial("audit override flag, audited", ok)
+        if not ok:
+            breaks.append((out.stdout[-2000:], out.stderr))
+    assert not breaks, breaks[:2]
+
+
+def test_enospc_on_state_dir(tmp_path, tally):
+    """A tiny tmpfs as the state dir, filled to a random level: one line, exit 2, files whole."""
+    breaks: list = []
+    if shutil.which("mount") is None:
+        pytest.skip("mount(8) missing")
+    rng = random.Random(3)
+    for i in range(20):
+        root = tmp_path / f"t{i}"
+        cli = Cli(root)
+        (root / "work").mkdir(parents=True)
+        rb = cli.runbook(RUNBOOK.format(work=root / "work"))
+        cli.state.mkdir()
+        mnt = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(cli.state)])
+        if mnt.returncode != 0:
+            pytest.skip("cannot mount a tmpfs (needs root)")
+        try:
+            # leave 0-20 KiB free: the run dies at a different write each trial
+            free = rng.randrange(0, 20) * 1024
+            filler = cli.state / "filler"
+            with open(filler, "wb") as f:
+                try:
+                    f.write(b"x" * (64 * 1024 - free))
+                except OSError:
+                    pass
+            out = cli("run", "--auto", str(rb))
+            run_dirs = list((cli.state / "runs").glob("*")) if (cli.state / "runs").exists() else []
+            whole = True
+            for d in run_dirs:
+                if (d / "audit.jsonl").exists():
+                    data = (d / "audit.jsonl").read_bytes()
+                    whole &= not data or data.endswith(b"\n")
+                    whole &= all(json.loads(x) for x in data.splitlines())
+                if (d / "state.json").exists():
+                    json.loads((d / "state.json").read_text())
+            err = out.stderr.strip().splitlines()
+            ok = (
+                "Traceback" not in out.stderr + out.stdout
+                and whole
+                and (
+                    out.returncode == 1  # enough room after all: b fails as it should
+                    or (
+                        out.returncode == 2
+                        and len(err) == 1
+                        and "No space left on device" in err[0]
+                    )
+                )
+            )
+            tally.trial("ENOSPC on the state dir", ok)
+            if not ok:
+                breaks.append((free, out.returncode, out.stdout[-1500:], out.stderr))
+        finally:
+            subprocess.run(["umount", "-l", str(cli.state)])
+    assert not breaks, breaks[:2]
+
+
+def test_edited_earlier_run_does_not_open_a_within_guard(base, tmp_path, tally):
+    """`step_succeeded` with `within:` looks at earlier runs: their audit decides, not state.json."""
+    breaks: list = []
+    for i in range(3):
+        cli, _, run = trial_copy(base, tmp_path / f"t{i}")
+        rb = cli.runbook(
+            RUNBOOK.format(work=cli.tmp / "work").replace("step: b}", "step: b, within: 3600}")
+        )
+        st = json.loads((run / "state.json").read_text())
+        st["steps"]["b"]["status"] = "succeeded"
+        st["steps"]["b"]["ended_at"] = st["updated_at"]
+        (run / "state.json").write_text(json.dumps(st))
+        out = cli("run", "--auto", "--new-run", "--only", "c", str(rb))
+        ok = out.returncode == 3 and count(cli.tmp / "work" / "c.count") == 0
+        tally.trial("state.json edited in an earlier run, within guard", ok)
+        if not ok:
+            breaks.append((out.stdout[-1500:], out.stderr))
+    assert not breaks, breaks[:2]
