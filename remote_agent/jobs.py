@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from remote_agent.jobenv import job_base_env
+from remote_agent.launchguard import check_launch_guards
 from remote_agent.procs import JobTree, boot_id, is_alive
 from remote_agent.protocol import (
     AgentError,
@@ -86,6 +87,9 @@ class JobManager:
         }
         secret_env = arg_env(args, "secret_env")
         jd = self.spool.job(job_id)
+        if jd.path.exists():  # a repeat after a reconnect: its guards were checked at its launch
+            raise AgentError("exists", f"job {job_id!r} already exists; reattach to it")
+        guards = check_launch_guards(args.get("guards"))
         try:
             os.mkdir(jd.path, 0o700)  # atomic: the one guard against relaunch after a reconnect
         except FileExistsError:
@@ -155,6 +159,7 @@ class JobManager:
             "pgid": ready["pgid"],
             "started_at": ready["started_at"],
             "spool_dir": str(jd.path),
+            "guards": guards,
         }
 
     def _read_ready(self, proc: subprocess.Popen[bytes]) -> dict[str, Any] | None:

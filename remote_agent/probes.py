@@ -24,6 +24,7 @@ from typing import Any
 
 from remote_agent import gpu
 from remote_agent.jobenv import job_base_env
+from remote_agent.targets import canonical_target, refusal
 
 Result = tuple[bool, Any, str]
 
@@ -242,7 +243,8 @@ def dir_size(root: Path, deadline: Deadline) -> dict[str, Any]:
 
 
 def check_dir_size(f: Fields) -> Result:
-    p = f.path()
+    f.path()  # validates the field
+    p = canonical_target(f.str("path"))  # what a delete of this path removes (targets.py)
     lo = f.num("min_bytes", None)
     hi = f.num("max_bytes", None)
     try:
@@ -541,6 +543,16 @@ def check_gpu_idle(f: Fields) -> Result:
     return True, obs, f"{len(gpus)} GPU(s) idle"
 
 
+def check_removal_target(f: Fields) -> Result:
+    """A destructive step's delete target is not /, $HOME, the work root, an ancestor of a
+    verified artifact, nor a link out of its declared root (targets.py)."""
+    f.path()
+    why, observed = refusal(f.str("path"), f.str("root", None), f.strs("protected", []))
+    if why:
+        return False, observed, f"refused {f.str('path')!r}: {why}"
+    return True, observed, f"{f.str('path')!r} deletes {observed['target']}"
+
+
 CHECKS: dict[str, Callable[[Fields], Result]] = {
     "path_exists": check_path_exists,
     "path_absent": check_path_absent,
@@ -552,6 +564,7 @@ CHECKS: dict[str, Callable[[Fields], Result]] = {
     "command": check_command,
     "http_ok": check_http_ok,
     "gpu_idle": check_gpu_idle,
+    "removal_target": check_removal_target,
 }
 
 

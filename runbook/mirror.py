@@ -3,7 +3,8 @@
 What the operator was shown is derived from what was durably mirrored: a chunk is appended to
 the mirror first and only then emitted to the console/cockpit. To resume after a `kill -9` of
 the client exactly where the mirror ends (not where the state file's cursor, saved at most every
-0.5 s, says), each append is preceded by an atomic write of `<mirror>.cursor`:
+0.5 s, says), each append is preceded by a rewrite of `<mirror>.cursor` (in place: one `pwrite` of a
+fixed-size record, which a kill cannot tear):
 
     {"before": [remote_offset, mirror_size], "after": [remote_end, mirror_size_after],
      "shown": mirror offset the console has drawn}
@@ -24,6 +25,7 @@ import os
 from pathlib import Path
 
 CURSOR_SUFFIX = ".cursor"
+RECORD = 256  # bytes: the cursor is rewritten in place, always whole
 
 
 def cursor_path(mirror: Path) -> Path:
@@ -78,6 +80,9 @@ class LogMirror:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.remote, self.size, self.shown = _resume(path, saved_remote, saved_mirror)
         self._before = [self.remote, self.size]
+        # One pwrite of a fixed-size record per update: a kill -9 cannot tear a single write of a
+        # regular file, and the gap between the console's write and this one is a few syscalls.
+        self._fd = os.open(cursor_path(path), os.O_RDWR | os.O_CREAT, 0o600)
         # Bytes past the resume point were never shown (or are torn): they come again.
         with open(path, "ab") as f:
             f.truncate(self.size)
@@ -105,14 +110,8 @@ class LogMirror:
         self.shown = self.size
 
     def _write_cursor(self, after: list[int], shown: int) -> None:
-        _write_atomic(
-            cursor_path(self.path),
-            json.dumps({"before": self._before, "after": after, "shown": shown}),
-        )
+        text = json.dumps({"before": self._before, "after": after, "shown": shown})
+        os.pwrite(self._fd, text.ljust(RECORD).encode(), 0)
 
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    def close(self) -> None:
+        os.close(self._fd)

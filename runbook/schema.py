@@ -257,6 +257,9 @@ class Step(_Strict):
     artifacts: list[str] = Field(default_factory=list)  # files hashed into the audit on success
     service: Service | None = None  # a server: succeeds when ready, keeps running
     stop: str | None = None  # id of a service step whose job this step stops (no `run:`)
+    # what a destructive step deletes, and the root it must stay inside (docs/SAFETY.md)
+    removes: list[str] = Field(default_factory=list)
+    removes_within: str | None = None
 
     @field_validator("skip_if", mode="before")
     @classmethod
@@ -285,6 +288,10 @@ class Step(_Strict):
         if self.destructive and not self.confirm:
             raise ValueError(
                 "a destructive step needs `confirm:` (the prompt shown before it runs)"
+            )
+        if self.removes and not (self.destructive and self.removes_within):
+            raise ValueError(
+                "`removes:` is for destructive steps and needs `removes_within:` (its root)"
             )
         if self.run is None and (self.detach or self.retry or self.timeout or self.service):
             raise ValueError("detach, retry, timeout and service need `run:`")

@@ -10,7 +10,7 @@ id before `job.start`), so an engine killed at any point and started again eithe
 (and follows its log from the saved cursor) or finds it was never started (and starts it, under
 the same job id, which the agent refuses to start twice).
 
-One concern per module: core (state, audit, sessions), guards, confirm + confirmgate, runner (attempts and
+One concern per module: core (state, audit, sessions), guards, targets, launchguards, confirm + confirmgate, runner (attempts and
 launches), services, logmirror, outcome (exit classification), operator, dryrun, stats.
 """
 
@@ -30,12 +30,14 @@ from runbook.engine.constants import (
 from runbook.engine.core import EngineCore
 from runbook.engine.dryrun import DryRunMixin
 from runbook.engine.guards import GuardsMixin
+from runbook.engine.launchguards import LaunchGuardsMixin
 from runbook.engine.logmirror import LogMirrorMixin
 from runbook.engine.operator import OperatorMixin
 from runbook.engine.outcome import OutcomeMixin
 from runbook.engine.runner import RunnerMixin
 from runbook.engine.services import ServiceMixin
 from runbook.engine.stats import StatsMixin
+from runbook.engine.targets import TargetsMixin
 
 
 class Engine(
@@ -45,6 +47,8 @@ class Engine(
     OutcomeMixin,
     GuardsMixin,
     ConfirmGateMixin,
+    LaunchGuardsMixin,
+    TargetsMixin,
     OperatorMixin,
     DryRunMixin,
     StatsMixin,

@@ -41,7 +41,7 @@ class DryRunMixin(EngineCore):
                 if all(r["ok"] for r in res):
                     self.emit(DryRunStep(sid, host, what, step.destructive, "satisfied"))
                     continue
-            res = await self.evaluate(step, step.preconditions, "pre")
+            res = await self.evaluate(step, self.pre_checks(step), "pre")
             ok = all(r["ok"] for r in res)
             blocked = blocked or not ok
             self.emit(

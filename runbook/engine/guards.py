@@ -9,6 +9,7 @@ from runbook import audit_seal
 from runbook.agent_client import AgentError
 from runbook.audit import redact
 from runbook.engine.core import EngineCore
+from runbook.engine.targets import verified_paths
 from runbook.events import (
     SUCCEEDED,
     GuardsEvaluated,
@@ -21,15 +22,20 @@ class GuardsMixin(EngineCore):
     """Evaluates preconditions, postconditions and skip_if checks."""
 
     async def evaluate(self, step: Step, checks: list, phase: str) -> list[dict[str, Any]]:
-        results = []
+        results: list[dict[str, Any]] = []
         for check in checks:
             if isinstance(check, StepSucceeded):
                 res = self._step_succeeded(check)
+            elif check.check == "dir_size" and any(
+                r["check"] == "removal_target" and not r["ok"] for r in results
+            ):  # never walk a refused target (it may be / or $HOME)
+                res = {"ok": False, "observed": None, "message": "not measured: target refused"}
             else:
                 try:
                     res = await self.call(self.host_of(step), "probe", check=check.probe())
                 except AgentError as exc:
                     res = {"ok": False, "observed": None, "message": f"probe failed: {exc.message}"}
+            self._verified.update(verified_paths(check, res))
             res = {"check": check.check, "title": check.title, **res}
             results.append(redact(res, self.secrets.values()))
         self.emit(GuardsEvaluated(step.id, phase, tuple(results)))

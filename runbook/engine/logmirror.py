@@ -55,7 +55,10 @@ class LogMirrorMixin(EngineCore):
                 self._on_line(step.id, rec, line)
             self._save(force=False)
 
-        end = await session.follow_job(rec.job_id or "", rec.log_remote_offset, on_data)
+        try:
+            end = await session.follow_job(rec.job_id or "", rec.log_remote_offset, on_data)
+        finally:
+            mirror.close()
         for line in follow.splitter.flush():
             self._on_line(step.id, rec, line)
         return end

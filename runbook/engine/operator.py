@@ -33,6 +33,7 @@ class OperatorMixin(EngineCore):
         rec = self.state.steps[step_id]
         if rec.status == RUNNING:
             raise ValueError(f"{step_id} is running")
+        self._confirmed.discard(step_id)  # a retried destructive step is confirmed afresh
         if rec.status in TERMINAL_BAD or rec.status in (BLOCKED, SKIPPED):
             self._set(step_id, PENDING, "operator_retry", None)
 

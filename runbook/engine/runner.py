@@ -13,6 +13,7 @@ from runbook.engine.constants import (
     EXIT_OK,
 )
 from runbook.engine.core import EngineCore
+from runbook.engine.launchguards import GuardsChanged
 from runbook.events import (
     BLOCKED,
     DONE,
@@ -107,7 +108,7 @@ class RunnerMixin(EngineCore):
     async def _attempt(self, step: Step, rec: StepRecord) -> str:
         if step.run is not None:  # connect first: every record of the step names the host key
             await (await self.session(self.host_of(step))).connection()
-        pre = await self.evaluate(step, step.preconditions, "pre")
+        pre = await self.evaluate(step, self.pre_checks(step), "pre")
         rec.guards = pre
         if not all(r["ok"] for r in pre):
             failed = [r for r in pre if not r["ok"]]
@@ -160,8 +161,10 @@ class RunnerMixin(EngineCore):
 
     async def _start_job(self, step: Step, rec: StepRecord) -> None:
         assert self.state
+        guards = self.launch_guards(step, rec)  # destructive: re-checked by the agent at launch
+        extra = {} if guards is None else {"guards": guards}
         try:
-            await self.call(
+            answer = await self.call(
                 rec.host or self.host_of(step),
                 "job.start",
                 job_id=rec.job_id,
@@ -174,12 +177,19 @@ class RunnerMixin(EngineCore):
                 secret_env={var: self.secrets[name] for var, name in step.secret_env.items()},
                 timeout_s=step.timeout,
                 detach=step.detach,
+                **extra,
             )
         except AgentError as exc:
             # "exists": this launch already happened (a repeat after a reconnect): follow it.
             # "start_failed": the agent recorded the failure (exit 127/126 + message in the log).
+            changed = self.refused_at_launch(exc)
+            if changed is not None:
+                raise changed from None
             if exc.type not in ("exists", "start_failed"):
                 raise
+            return
+        if guards is not None:
+            self.record_launch_guards(step, rec, answer.get("guards") or [])
 
     async def _ensure_started(self, step: Step, rec: StepRecord, host: str, reattach: bool) -> None:
         """Start the recorded job unless the agent already has it (never launch twice)."""
@@ -222,6 +232,8 @@ class RunnerMixin(EngineCore):
         try:
             await self._ensure_started(step, rec, host, reattach)
             end = await self._follow(step, rec, host)
+        except GuardsChanged as exc:
+            return self.block_changed(step, rec, exc)
         except (AgentError, TransportError, FateUnknown) as exc:
             return self._unreachable(step, rec, host, exc)
         return await self._finish_ok_or_post(step, rec, rec.started_at or time.time(), end)

@@ -8,6 +8,7 @@ from typing import Any
 
 from runbook.agent_client import AgentError
 from runbook.engine.core import EngineCore
+from runbook.engine.launchguards import GuardsChanged
 from runbook.events import (
     FAILED,
     SUCCEEDED,
@@ -30,6 +31,8 @@ class ServiceMixin(EngineCore):
         svc, host = step.service, rec.host or self.host_of(step)
         try:
             await self._ensure_started(step, rec, host, reattach)
+        except GuardsChanged as exc:
+            return self.block_changed(step, rec, exc)
         except (AgentError, TransportError, FateUnknown) as exc:
             return self._unreachable(step, rec, host, exc)
         follower = asyncio.ensure_future(self._follow(step, rec, host))

@@ -23,14 +23,26 @@ def _shown_this_session(rig: Rig, step: str) -> int:
     return sum(1 for line in rig._out if f"│ {step} " in line)
 
 
-def _verdicts(rig: Rig, steps: list[str], code: int) -> list[tuple[str, bool, str]]:
+def _one_chunk_repeated(console: dict[str, int], want: dict[str, int]) -> bool:
+    """Every line shown, and the repeats (each line at most twice) form one contiguous run: the
+    chunk the killed client was drawing, which no relaunch can know reached the terminal."""
+    if set(console) != set(want) or any(n > 2 for n in console.values()):
+        return False
+    again = [i for i, line in enumerate(want) if console[line] == 2]
+    return not again or again[-1] - again[0] + 1 == len(again)
+
+
+def _verdicts(
+    rig: Rig, steps: list[str], code: int, chunk_may_repeat: bool = False
+) -> list[tuple[str, bool, str]]:
     st = rig.state()
     out = []
     for s in steps:
         console, mirror = rig.console_counts(s), rig.mirror_counts(s)
         want = expected(s, LINES)
         runs, rec = rig.executions(s), st[s]
-        ok = console == want and mirror == want and runs == 1 and rec.get("exit_code") == code
+        shown_ok = _one_chunk_repeated(console, want) if chunk_may_repeat else console == want
+        ok = shown_ok and mirror == want and runs == 1 and rec.get("exit_code") == code
         dup = sum(n - 1 for n in console.values() if n > 1)
         why = (
             f"{s}: console {len(console)}/{LINES} lines, {dup} repeated; mirror "
@@ -60,11 +72,11 @@ def test_console_and_mirror_once_across_client_kills(tmp_path, tally):
             rig.kill_client()
             rig.start("run", str(rb), "--auto")
         assert rig.finish(timeout=120) == 0, rig.consoles[-1][-3000:]
-        verdicts = _verdicts(rig, steps, 0)
+        verdicts = _verdicts(rig, steps, 0, chunk_may_repeat=True)
     finally:
         rig.cleanup()
     for _, ok, _ in verdicts:
-        tally.trial("client kill -9: console + mirror once", ok)
+        tally.trial("client kill -9: mirror once, console loses nothing, repeats <= 1 chunk", ok)
     bad = [why for _, ok, why in verdicts if not ok]
     assert not bad, "\n".join(bad)
 
@@ -136,7 +148,7 @@ def test_console_and_mirror_once_across_ssh_cuts(ssh_cli, box, tmp_path, tally):
 def test_resume_point_from_the_mirror_cursor(tmp_path, landed):
     """The places a kill can land around one append (cursor written first, `shown` after the
     console drew it), resumed exactly: the mirror's size and the cursor say which."""
-    from runbook.mirror import LogMirror, _write_atomic, cursor_path, resume_point
+    from runbook.mirror import LogMirror, cursor_path, resume_point
 
     path = tmp_path / "m.log"
     LogMirror(path, 0, 0).append(10, b"0123456789")
@@ -150,7 +162,7 @@ def test_resume_point_from_the_mirror_cursor(tmp_path, landed):
         want = b"" if landed == "after the append, drawn" else b"***"
         assert LogMirror(path, 0, 0).unshown() == want
         return
-    _write_atomic(cursor_path(path), '{"before": [10, 10], "after": [25, 13]}')
+    cursor_path(path).write_text('{"before": [10, 10], "after": [25, 13], "shown": 10}')
     if landed == "mid-append":
         with open(path, "ab") as f:
             f.write(b"*")

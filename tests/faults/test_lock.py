@@ -199,7 +199,8 @@ def test_second_cockpit_on_a_locked_work_exits_4(tmp_path, monkeypatch, tally):
     holder.env["EAGLE_TUI_SPOOL"] = str(tmp_path / "box-spool")
     holder.tmp.mkdir()
     side = tmp_path / "side"
-    rb = holder.runbook(RUNBOOK.format(host="", side=side).replace("sleep 1.5", "sleep 8"))
+    # the holder outlives every trial (a loaded machine is slow to start apps); killed after
+    rb = holder.runbook(RUNBOOK.format(host="", side=side).replace("sleep 1.5", "sleep 120"))
     p = subprocess.Popen(holder.cmd("run", "--auto", "--quiet", str(rb)), env=holder.env)
     try:
         deadline = time.monotonic() + 20
