@@ -175,6 +175,7 @@ def build(args, device):
         vocab_size=dims["vocab"],
         draft_vocab_size=dims["draft_vocab"],
         aux_layer_ids=[2, 30, 58],
+        target_context=262144,
     )
     bf16 = device != "cpu"
     torch.manual_seed(0)

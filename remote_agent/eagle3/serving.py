@@ -6,7 +6,8 @@ off, the drafter's `fc` is bypassed, and acceptance is exactly 1.0 with no error
 
 `eagle3 accept`: acceptance length the way SGLang reports it: for each request
 completion_tokens / spec_verify_ct (the bonus token included, so 1.0 = nothing accepted), summed
-over requests (token-weighted, like SpecForge's bench_eagle3). Prompts are MT-Bench-style
+over the requests that reached a verify step (token-weighted, like SpecForge's bench_eagle3),
+with the per-request distribution and a 95 % confidence interval (accept_stats.py). Prompts are MT-Bench-style
 (`{"question_id", "turns": [...]}`, both turns, each answered in context) or OpenAI `messages`,
 rendered with the target's chat template, greedy (temperature 0).
 """
@@ -126,7 +127,7 @@ def run_conversation(
         stats.append(
             {
                 "completion_tokens": int(meta.get("completion_tokens", 0)),
-                "spec_verify_ct": int(meta.get("spec_verify_ct", 0)),
+                "spec_verify_ct": meta.get("spec_verify_ct"),  # absent: never verified
             }
         )
         history.append({"role": "assistant", "content": resp.get("text", "")})
@@ -157,14 +158,9 @@ def measure(
         for fut in [pool.submit(one, t) for t in prompts]:
             fut.result()
     progress.finish()
-    tokens = sum(r["completion_tokens"] for r in per_request)
-    verify = sum(r["spec_verify_ct"] for r in per_request)
-    return {
-        "requests": len(per_request),
-        "completion_tokens": tokens,
-        "verify_steps": verify,
-        "accept_length": tokens / verify if verify else None,
-    }
+    from remote_agent.eagle3.accept_stats import accept_stats
+
+    return accept_stats(per_request)
 
 
 # ------------------------------------------------------------------------------ commands

@@ -74,6 +74,7 @@ def command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         raise BadInput(
             f"serve mode needs --draft DIR with an exported drafter (config.json); got {args.draft}"
         )
+    refuse_short_drafter(args)
     cmd = [
         sys.executable,
         "-m",
@@ -100,6 +101,24 @@ def command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         *args.arg,
     ]
     return cmd, {}
+
+
+def refuse_short_drafter(args: argparse.Namespace) -> None:
+    """SGLang raises at startup when the drafter's context is shorter than the target's: say so
+    before launching, naming both values (`--arg --context-length=N` lowers the target's)."""
+    from remote_agent.eagle3.drafter.context import mismatch, read_config, target_context_length
+
+    target_len = target_context_length(args.model)
+    extra = list(args.arg)
+    for i, a in enumerate(extra):
+        value = a.split("=", 1)[1] if a.startswith("--context-length=") else None
+        if a == "--context-length" and i + 1 < len(extra):
+            value = extra[i + 1]
+        if value is not None and value.isdigit():
+            target_len = int(value)
+    why = mismatch(read_config(args.draft), target_len)
+    if why:
+        raise BadInput(f"{args.draft / 'config.json'} vs {args.model / 'config.json'}: {why}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -188,7 +188,12 @@ def _chain_case(device, arch) -> dict:
     )
     m = Eagle3Drafter(
         build_config(
-            ds, target_hidden=256, vocab_size=1000, draft_vocab_size=1000, aux_layer_ids=[2, 4, 5]
+            ds,
+            target_hidden=256,
+            vocab_size=1000,
+            draft_vocab_size=1000,
+            aux_layer_ids=[2, 4, 5],
+            target_context=2048,
         )
     )
     m.init_weights(0.2, torch.Generator().manual_seed(1))

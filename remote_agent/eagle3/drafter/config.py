@@ -86,8 +86,16 @@ class DrafterSection:
     head_dim: int | None = doc("llama: head dimension; null = hidden_size // heads", None)
     intermediate_size: int | None = doc("MLP width; null = 8/3 x hidden rounded up to 64", None)
     rms_norm_eps: float = doc("RMSNorm epsilon", 1e-5)
-    rope_theta: float = doc("RoPE base (plain RoPE; no scaling)", 10000.0)
-    max_position_embeddings: int = doc("written to config.json for the server", 131072)
+    rope_theta: float = doc(
+        "RoPE base; the drafter trains and serves plain RoPE (rope_scaling null), never the "
+        "target's YaRN",
+        10000.0,
+    )
+    max_position_embeddings: int | None = doc(
+        "context length written to config.json; null = the target's (SGLang refuses a drafter "
+        "shorter than its target)",
+        None,
+    )
     q_lora_rank: int = doc("mla: query low-rank dimension", 1536)
     kv_lora_rank: int = doc("mla: compressed KV dimension", 512)
     qk_nope_head_dim: int = doc("mla: per-head non-rotary query/key dimension", 128)

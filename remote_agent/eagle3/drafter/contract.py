@@ -222,8 +222,12 @@ def check(
     config: dict[str, Any],
     intended_capture: list[int] | None = None,
     num_target_layers: int | None = None,
+    target_context_length: int | None = None,
 ) -> Report:
-    """Every tensor to exactly one parameter (shard) with the right shape; nothing left over."""
+    """Every tensor to exactly one parameter (shard) with the right shape; nothing left over;
+    and a context length SGLang accepts next to a target of `target_context_length` tokens."""
+    from remote_agent.eagle3.drafter.context import mismatch
+
     rep = Report()
     arch = (config.get("architectures") or ["?"])[0]
     if arch not in (LLAMA_ARCH, MLA_ARCH):
@@ -240,6 +244,14 @@ def check(
     ):
         if key not in config:
             rep.problems.append(f"config.json lacks '{key}'")
+    if config.get("rope_scaling"):
+        rep.problems.append(
+            f"rope_scaling is {config['rope_scaling']!r}; the drafter is trained with plain RoPE"
+        )
+    if target_context_length is not None:
+        why = mismatch(config, target_context_length)
+        if why:
+            rep.problems.append(why)
     if config.get("num_hidden_layers") != 1:
         rep.problems.append(f"num_hidden_layers is {config.get('num_hidden_layers')}, expected 1")
     if rep.problems:

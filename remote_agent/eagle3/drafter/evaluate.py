@@ -67,7 +67,7 @@ class Target:
 
 
 def speculative_decode(
-    target: Target, drafter, prompt: list[int], max_new: int, steps: int, eos: int | None
+    target: Target, drafter, prompt: list[int], max_new: int, steps: int, eos: frozenset[int]
 ) -> Decode:
     t0 = time.perf_counter()
     logits, aux = target(prompt)  # prefill: its greedy token is the first output
@@ -77,7 +77,7 @@ def speculative_decode(
     out.append(bonus)
     verify = 0
     accepted_at = [0] * steps
-    while len(out) < max_new and not (eos is not None and out[-1] == eos):
+    while len(out) < max_new and out[-1] not in eos:
         drafts = drafter.draft_chain(aux, torch.tensor(seq + [bonus], device=aux.device), steps)
         logits, aux_all = target(seq + [bonus] + drafts)
         verify += 1
@@ -93,7 +93,7 @@ def speculative_decode(
         aux = aux_all[: len(seq)]
         bonus = new[-1]
         for t in new:
-            if len(out) >= max_new or (eos is not None and out[-1] == eos):
+            if len(out) >= max_new or out[-1] in eos:
                 break
             out.append(t)
     return Decode(out, verify, accepted_at, time.perf_counter() - t0)
@@ -101,7 +101,7 @@ def speculative_decode(
 
 @torch.no_grad()
 def check_greedy(
-    target: Target, prompt: list[int], output: list[int], max_new: int, eos: int | None
+    target: Target, prompt: list[int], output: list[int], max_new: int, eos: frozenset[int]
 ):
     """(ok, first bad index, top-2 margin there): is `output` the target's greedy decode?"""
     logits, _ = target(prompt + output)
@@ -111,9 +111,9 @@ def check_greedy(
         if g != t:
             top = pred[i].topk(2).values
             return False, i, float(top[0] - top[1])
-        if eos is not None and t == eos and i != len(output) - 1:
+        if t in eos and i != len(output) - 1:
             return False, i, None  # continued past EOS
-    stopped = len(output) == max_new or (eos is not None and output and output[-1] == eos)
+    stopped = len(output) == max_new or bool(output and output[-1] in eos)
     return stopped, (None if stopped else len(output)), None
 
 
@@ -170,7 +170,7 @@ def run_eval(
     seed: int = 0,
 ) -> dict[str, Any]:
     from remote_agent.eagle3.drafter.export import load_export
-    from remote_agent.eagle3.drafter.synthetic import load_target, text_config
+    from remote_agent.eagle3.drafter.synthetic import end_ids, load_target, text_config
     from remote_agent.eagle3.errors import BadInput
 
     if topk != 1:
@@ -196,7 +196,7 @@ def run_eval(
     prompts = load_prompts(Path(data), num_prompts, holdout_fraction, split)
     if not prompts:
         raise BadInput(f"{data}: no prompts (records need a supervised span after some context)")
-    eos = tok.eos_token_id
+    eos = end_ids(Path(target_dir), tok)
     report: dict[str, Any] = {
         "target": str(target_dir),
         "drafter": str(drafter_dir),

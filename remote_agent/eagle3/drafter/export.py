@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from remote_agent.eagle3.drafter import contract
+from remote_agent.eagle3.drafter.context import target_context_length
 from remote_agent.eagle3.errors import BadInput, Failed
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -54,7 +55,9 @@ def export_checkpoint(
     dtype: str = "bf16",
     layer_prefix: str = "midlayer",
     force: bool = False,
+    target: Path | None = None,
 ) -> dict[str, Any]:
+    """`target` (its config.json) overrides the context length recorded at training."""
     from safetensors.torch import save_file
 
     from remote_agent.eagle3.drafter.checkpoint import load
@@ -89,6 +92,9 @@ def export_checkpoint(
         config,
         intended_capture=state.get("capture_layer_ids"),
         num_target_layers=state.get("num_target_layers"),
+        target_context_length=(
+            target_context_length(target) if target else state.get("target_context_length")
+        ),
     )
     if not report.ok:
         raise Failed(

@@ -21,6 +21,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("midlayer", "layers.0"),
         help="name of the decoder layer in the checkpoint (SGLang accepts both)",
     )
+    parser.add_argument(
+        "--target",
+        help="target model directory: check the drafter's context length against its config.json "
+        "(default: the length recorded at training)",
+    )
     parser.add_argument("--force", action="store_true", help="replace an existing output directory")
 
 
@@ -31,7 +36,12 @@ def run(args: argparse.Namespace) -> int:
     from remote_agent.eagle3.progress import emit
 
     result = export_checkpoint(
-        Path(args.checkpoint), Path(args.out), args.dtype, args.layer_prefix, args.force
+        Path(args.checkpoint),
+        Path(args.out),
+        args.dtype,
+        args.layer_prefix,
+        args.force,
+        Path(args.target) if args.target else None,
     )
     print(f"eagle3 export: {result['out']} ({result['tensors']} tensors, contract ok)")
     print(f"serve with: {result['serve_flags']}")

@@ -42,16 +42,25 @@ def build_config(
     vocab_size: int,
     draft_vocab_size: int,
     aux_layer_ids: list[int],
+    target_context: int,
 ) -> dict[str, Any]:
     """The drafter's config dict = the SGLang config.json (DrafterSection -> resolved numbers).
 
     aux_layer_ids are the capture layers the drafter is trained on (input-of-layer convention);
     eagle_config gets the ids that make SGLang capture exactly those (its +1 rule).
+    target_context is the target's context length (drafter/context.py): the default and the floor
+    of max_position_embeddings. RoPE is plain (rope_scaling null) in training and export alike.
     """
     from remote_agent.eagle3.drafter.contract import config_ids_for
 
     hidden = drafter.hidden_size or target_hidden
     heads = drafter.num_attention_heads
+    max_pos = drafter.max_position_embeddings or target_context
+    if max_pos < target_context:
+        raise ValueError(
+            f"drafter.max_position_embeddings is {max_pos} but the target's context length is "
+            f"{target_context}; SGLang refuses a drafter shorter than its target (use null)"
+        )
     inter = drafter.intermediate_size or int(math.ceil(hidden * 8 / 3 / 64) * 64)
     common = {
         "hidden_size": hidden,
@@ -62,7 +71,7 @@ def build_config(
         "rms_norm_eps": drafter.rms_norm_eps,
         "rope_theta": drafter.rope_theta,
         "rope_scaling": None,
-        "max_position_embeddings": drafter.max_position_embeddings,
+        "max_position_embeddings": max_pos,
         "vocab_size": vocab_size,
         "draft_vocab_size": draft_vocab_size,
         "target_hidden_size": target_hidden,

@@ -39,6 +39,29 @@ def load_target(target_dir: Path, device: str = "cpu", dtype=torch.float32):
     return model, tok
 
 
+def end_ids(target_dir: Path, tok) -> frozenset[int]:
+    """Every token that ends a turn, as the serving engine stops: generation_config.json's
+    eos_token_id (an int or a list; Kimi: <|im_end|>, [EOS], [EOT]), config.json's (or its
+    text_config's) and the tokenizer's eos."""
+    found: set[int] = set()
+
+    def add(value: Any) -> None:
+        if isinstance(value, int) and not isinstance(value, bool):
+            found.add(value)
+        elif isinstance(value, list):
+            for v in value:
+                add(v)
+
+    for name in ("generation_config.json", "config.json"):
+        path = Path(target_dir) / name
+        if path.exists():
+            c = json.loads(path.read_text())
+            add(c.get("eos_token_id"))
+            add((c.get("text_config") or {}).get("eos_token_id"))
+    add(tok.eos_token_id)
+    return frozenset(found)
+
+
 def text_config(model) -> Any:
     c = model.config
     return getattr(c, "text_config", None) or c
@@ -75,7 +98,7 @@ def chat_prompt(tok, content: str) -> list[int]:
 
 
 @torch.no_grad()
-def greedy(model, prompt: list[int], new_tokens: int, eos: int | None) -> list[int]:
+def greedy(model, prompt: list[int], new_tokens: int, eos: frozenset[int]) -> list[int]:
     """Plain greedy decoding with a full forward per token (no cache): the reference."""
     dev = next(model.parameters()).device
     seq = list(prompt)
@@ -85,13 +108,13 @@ def greedy(model, prompt: list[int], new_tokens: int, eos: int | None) -> list[i
         t = int(logits.argmax())
         out.append(t)
         seq.append(t)
-        if eos is not None and t == eos:
+        if t in eos:
             break
     return out
 
 
 @torch.no_grad()
-def generate_batch(model, prompts: list[list[int]], new_tokens: int, pad: int, eos: int | None):
+def generate_batch(model, prompts: list[list[int]], new_tokens: int, pad: int, eos: frozenset[int]):
     """Greedy continuations for many prompts at once (left padding, KV cache)."""
     dev = next(model.parameters()).device
     width = max(len(p) for p in prompts)
@@ -104,16 +127,15 @@ def generate_batch(model, prompts: list[list[int]], new_tokens: int, pad: int, e
         input_ids=ids.to(dev),
         attention_mask=att.to(dev),
         max_new_tokens=new_tokens,
-        min_new_tokens=new_tokens if eos is None else 0,
+        min_new_tokens=0 if eos else new_tokens,
         do_sample=False,
         pad_token_id=pad,
-        eos_token_id=eos,
+        eos_token_id=sorted(eos) or None,
     )
     res = []
     for row in out[:, width:].tolist():
-        if eos is not None and eos in row:
-            row = row[: row.index(eos) + 1]
-        res.append(row)
+        end = next((i for i, t in enumerate(row) if t in eos), None)
+        res.append(row if end is None else row[: end + 1])
     return res
 
 
@@ -174,7 +196,7 @@ def build_inputs(
     model, tok = load_target(Path(target_dir), device, dtype)
     tc = text_config(model)
     aux_ids = capture_ids(tc.num_hidden_layers)
-    eos = tok.eos_token_id
+    eos = end_ids(Path(target_dir), tok)
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     prompts = prompts_from_stdlib(tok, n_samples, prompt_tokens, seed)
     records = []

@@ -23,12 +23,13 @@ from torch import nn
 from remote_agent.eagle3.distributed import Dist
 from remote_agent.eagle3.drafter import checkpoint as ckpt
 from remote_agent.eagle3.drafter.config import Config
+from remote_agent.eagle3.drafter.context import target_context_length
 from remote_agent.eagle3.drafter.data import Loader, Plan, load_vocab, step_targets
 from remote_agent.eagle3.drafter.loss import load_target_tensor, soft_ce, teacher
 from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
 from remote_agent.eagle3.drafter.simulate import chain_acceptance, chain_depth
 from remote_agent.eagle3.drafter.ttt_attention import TTTAttention, pick_backend
-from remote_agent.eagle3.errors import BadInput
+from remote_agent.eagle3.errors import BadInput, Failed
 from remote_agent.eagle3.progress import emit
 
 
@@ -142,9 +143,10 @@ def build_drafter(cfg: Config, meta, vocab_size: int, d2t, t2d, embed, lm_head, 
             vocab_size=vocab_size,
             draft_vocab_size=d2t.numel(),
             aux_layer_ids=aux_ids,
+            target_context=target_context_length(Path(cfg.target.path)),
         )
     except ValueError as exc:
-        raise BadInput(f"drafter.aux_layer_ids / dump capture ids: {exc}") from None
+        raise BadInput(f"drafter config / dump capture ids: {exc}") from None
     model = Eagle3Drafter(mcfg)
     g = torch.Generator().manual_seed(seed)
     model.init_weights(cfg.drafter.init_std, g)
@@ -309,7 +311,14 @@ def train(cfg: Config) -> dict[str, Any]:
                 f"{resume_from}: saved with (world, parallel, data) {saved}; now {now} "
                 "(resuming needs the same data, packing, ranks and parallelism)"
             )
-        drafter.load_state_dict(state["model"], strict=False)
+        # the frozen shared embedding is the only thing a checkpoint leaves out
+        missing, unexpected = drafter.load_state_dict(state["model"], strict=False)
+        frozen = {n for n, p in drafter.named_parameters() if not p.requires_grad}
+        if set(missing) != frozen or unexpected:
+            raise Failed(
+                f"{resume_from}: checkpoint tensors do not match the drafter: missing "
+                f"{sorted(set(missing) - frozen)}, unexpected {sorted(unexpected)}"
+            )
         global_step = state["global_step"]
         start_epoch, start_step = state["position"]["epoch"], state["position"]["step"]
 
@@ -539,6 +548,7 @@ def _save(
             "model_config": drafter.config,
             "capture_layer_ids": drafter.capture_layer_ids,
             "num_target_layers": drafter.num_target_layers,
+            "target_context_length": target_context_length(Path(cfg.target.path)),
             "data_key": _data_key(cfg),
             "vocab": {"d2t": drafter.d2t.cpu(), "t2d": drafter.t2d.cpu()},
             "train_config": cfg.to_dict(),

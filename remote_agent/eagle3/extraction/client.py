@@ -351,7 +351,10 @@ class Extraction:
                 return None
             except ServerError as exc:
                 err = str(exc)
-                if exc.status is not None and 400 <= exc.status < 500:
+                # after a timeout the first request with this rid may still run on the server:
+                # SGLang refuses the retry as a duplicate until it finishes, so wait and retry
+                duplicate = "Duplicate request ID" in err
+                if exc.status is not None and 400 <= exc.status < 500 and not duplicate:
                     return err  # the request itself is wrong: retrying will not help
                 time.sleep(min(2**attempt, 10))
         return err

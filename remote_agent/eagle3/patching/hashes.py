@@ -244,6 +244,17 @@ def drift_report(site: Path, version: str, table: Table) -> list[dict[str, str]]
 
 
 def default_target() -> Path | None:
+    """deepseek_v2.py of the sglang the import system finds (editable/source installs too:
+    find_spec does not execute the package), else the installed distribution's."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("sglang")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        pkg = Path(list(spec.submodule_search_locations)[0])
+        return pkg.parent / TARGET_RELPATH
     found = installed_sglang()
     return None if found is None else found[1] / TARGET_RELPATH
 

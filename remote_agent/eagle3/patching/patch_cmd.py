@@ -8,11 +8,12 @@ version is unknown), with both hashes and the reason; 2 bad input (no target).
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 from pathlib import Path
 
-from remote_agent.eagle3.errors import BadInput
+from remote_agent.eagle3.errors import BadInput, Failed
 
 HELP = "status|apply|revert the SGLang deepseek_v2.py hidden-state dump patch"
 
@@ -66,10 +67,19 @@ def run(args: argparse.Namespace) -> int:
     target = _target(args)
     if args.action == "status":
         outcome = patcher.status(target, args.version, args.helper_dir)
-    elif args.action == "apply":
-        outcome = patcher.apply(target, args.version, args.helper_dir, not args.no_helper)
     else:
-        outcome = patcher.revert(target, args.version, args.helper_dir)
+        try:
+            if args.action == "apply":
+                outcome = patcher.apply(target, args.version, args.helper_dir, not args.no_helper)
+            else:
+                outcome = patcher.revert(target, args.version, args.helper_dir)
+        except OSError as exc:  # root-owned / read-only site-packages
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+            raise Failed(
+                f"{target}: cannot {args.action} the patch: {exc.strerror} ({exc.filename}); "
+                "run as the owner of the SGLang install (or make it writable); the file is unchanged"
+            ) from None
     record = outcome.to_json()
     if args.json:
         print(json.dumps(record, indent=1))

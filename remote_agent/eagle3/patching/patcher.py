@@ -166,7 +166,10 @@ def _replace_checked(target: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, stat.S_IMODE(target.stat().st_mode))
+        st = target.stat()
+        os.chmod(tmp, stat.S_IMODE(st.st_mode))
+        if (os.stat(tmp).st_uid, os.stat(tmp).st_gid) != (st.st_uid, st.st_gid):
+            os.chown(tmp, st.st_uid, st.st_gid)  # keep the owner too (root-owned installs)
         py_compile.compile(str(tmp), cfile=str(pyc), dfile=str(target), doraise=True)
         os.replace(tmp, target)
     finally:

@@ -38,15 +38,15 @@ def test_sglang_accept_length_formula_with_oracle_and_wrong_drafters(tiny_target
     model, tok = load_target(tiny_target)
     target = Target(model, [2, 4, 5])
     prompt = load_prompts_from_text(tok)
-    ref = greedy(model, prompt, 13, None)
+    ref = greedy(model, prompt, 13, frozenset())
     oracle = speculative_decode(
-        target, ScriptedDrafter(ref, len(prompt), False, 2048), prompt, 13, 3, None
+        target, ScriptedDrafter(ref, len(prompt), False, 2048), prompt, 13, 3, frozenset()
     )
     assert oracle.tokens == ref
     # 1 token from prefill, then 4 per verify step (3 accepted + bonus): 1 + 3 * 4 = 13
     assert oracle.verify_steps == 3 and oracle.accepted_at == [3, 3, 3]
     wrong = speculative_decode(
-        target, ScriptedDrafter(ref, len(prompt), True, 2048), prompt, 13, 3, None
+        target, ScriptedDrafter(ref, len(prompt), True, 2048), prompt, 13, 3, frozenset()
     )
     assert wrong.tokens == ref
     assert wrong.verify_steps == 12 and wrong.accepted_at == [0, 0, 0]  # bonus only: 13 / 12
@@ -62,10 +62,10 @@ def test_check_greedy_detects_a_non_greedy_token(tiny_target):
     model, tok = load_target(tiny_target)
     target = Target(model, [2, 4, 5])
     prompt = load_prompts_from_text(tok)
-    ref = greedy(model, prompt, 8, None)
-    assert check_greedy(target, prompt, ref, 8, None)[0]
+    ref = greedy(model, prompt, 8, frozenset())
+    assert check_greedy(target, prompt, ref, 8, frozenset())[0]
     bad = ref[:4] + [(ref[4] + 1) % 2048] + ref[5:]
-    ok, at, margin = check_greedy(target, prompt, bad, 8, None)
+    ok, at, margin = check_greedy(target, prompt, bad, 8, frozenset())
     assert not ok and at == 4 and margin > 0
 
 
@@ -113,3 +113,30 @@ def test_prompts_stop_before_the_first_supervised_token(tiny_inputs):
     cut = first["loss_mask"].index(1)
     assert prompts[0] == first["input_ids"][:cut]
     assert torch.tensor(prompts[0]).numel() > 0
+
+
+def test_decoding_stops_on_every_end_id_of_the_generation_config(tiny_target, tmp_path):
+    """Kimi ends turns with <|im_end|>, [EOS] or [EOT] (generation_config.json lists them all);
+    the tokenizer's eos_token_id names only one. Decoding must stop on each."""
+    from remote_agent.eagle3.drafter.synthetic import end_ids
+
+    model, tok = load_target(tiny_target)
+    target = Target(model, [2, 4, 5])
+    prompt = load_prompts_from_text(tok)
+    ref = greedy(model, prompt, 12, frozenset())
+    stop = ref[5]  # pretend the 6th greedy token is one of the end ids
+    kimi = tmp_path / "kimi"
+    kimi.mkdir()
+    eos = tok.eos_token_id
+    (kimi / "generation_config.json").write_text(json.dumps({"eos_token_id": [eos, stop]}))
+    (kimi / "config.json").write_text(json.dumps({"text_config": {"eos_token_id": 7}}))
+    ids = end_ids(kimi, tok)
+    assert ids == {eos, stop, 7}
+    cut = ref[: ref.index(stop) + 1]
+    assert greedy(model, prompt, 12, ids) == cut
+    dec = speculative_decode(
+        target, ScriptedDrafter(ref, len(prompt), False, 2048), prompt, 12, 3, ids
+    )
+    assert dec.tokens == cut
+    assert check_greedy(target, prompt, cut, 12, ids)[0]
+    assert not check_greedy(target, prompt, ref, 12, ids)[0]  # continued past an end id

@@ -52,7 +52,12 @@ def make_drafter(arch="llama", draft_vocab=50, aux=(2, 4, 5), **kw) -> Eagle3Dra
         **kw,
     )
     c = build_config(
-        ds, target_hidden=32, vocab_size=100, draft_vocab_size=draft_vocab, aux_layer_ids=list(aux)
+        ds,
+        target_hidden=32,
+        vocab_size=100,
+        draft_vocab_size=draft_vocab,
+        aux_layer_ids=list(aux),
+        target_context=2048,
     )
     m = Eagle3Drafter(c)
     m.init_weights(0.02, torch.Generator().manual_seed(0))

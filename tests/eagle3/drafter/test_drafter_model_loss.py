@@ -25,7 +25,12 @@ def tiny_drafter(arch: str, draft_vocab: int = 100, **kw) -> Eagle3Drafter:
         **kw,
     )
     c = build_config(
-        ds, target_hidden=32, vocab_size=100, draft_vocab_size=draft_vocab, aux_layer_ids=[2, 4, 5]
+        ds,
+        target_hidden=32,
+        vocab_size=100,
+        draft_vocab_size=draft_vocab,
+        aux_layer_ids=[2, 4, 5],
+        target_context=2048,
     )
     m = Eagle3Drafter(c)
     m.init_weights(0.2, torch.Generator().manual_seed(1))
@@ -72,10 +77,20 @@ def test_capture_ids_starting_at_one_are_refused():
     ds = DrafterSection()
     with pytest.raises(ValueError, match="start at layer 1"):
         build_config(
-            ds, target_hidden=32, vocab_size=100, draft_vocab_size=100, aux_layer_ids=[1, 4, 5]
+            ds,
+            target_hidden=32,
+            vocab_size=100,
+            draft_vocab_size=100,
+            aux_layer_ids=[1, 4, 5],
+            target_context=2048,
         )
     c = build_config(
-        ds, target_hidden=32, vocab_size=100, draft_vocab_size=50, aux_layer_ids=[2, 30, 58]
+        ds,
+        target_hidden=32,
+        vocab_size=100,
+        draft_vocab_size=50,
+        aux_layer_ids=[2, 30, 58],
+        target_context=2048,
     )
     assert c["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 30, 58]
 

@@ -319,6 +319,9 @@ def test_check_flags_and_launch_command(tmp_path):
     assert any(
         "two_batch_overlap" in p for p in srv.check_flags({**ok, "enable_two_batch_overlap": True})
     )
+    assert any(
+        "--enable-dp-attention" in p for p in srv.check_flags({**ok, "enable_dp_attention": True})
+    )
     cmd = srv.launch_command(
         Path("/m"), 30000, 8, [1, 29, 57], ["--mem-fraction-static", "0.8"], python="py"
     )

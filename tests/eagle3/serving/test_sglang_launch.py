@@ -83,7 +83,9 @@ def test_serve_mode_flags(tmp_path, release_flags):
     version, wheel_flags = release_flags
     (tmp_path / "drafter").mkdir()
     (tmp_path / "drafter" / "config.json").write_text("{}")
-    out = launch("serve", "--model", "/models/k", "--draft", str(tmp_path / "drafter"))
+    (tmp_path / "k").mkdir()  # no context length in either config: both 2048 for SGLang
+    (tmp_path / "k" / "config.json").write_text("{}")
+    out = launch("serve", "--model", str(tmp_path / "k"), "--draft", str(tmp_path / "drafter"))
     assert out.returncode == 0, out.stderr
     line = out.stdout.strip()
     assert "--speculative-algorithm EAGLE3" in line and " EAGLE " not in line + " "
