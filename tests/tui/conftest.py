@@ -57,3 +57,10 @@ def _no_job_left_behind(tmp_path):
                     os.killpg(int(pg.read_text().split()[0]), 9)
                 except (ProcessLookupError, PermissionError, ValueError):
                     pass
+
+
+@pytest.fixture(autouse=True)
+def _own_spool(tmp_path_factory, monkeypatch) -> None:
+    """Each test its own box spool: runs of fixed ids (the seeded run) leave their audit head
+    and driver lock in the spool, which must not meet the next test's fresh copy."""
+    monkeypatch.setenv("EAGLE_TUI_SPOOL", str(tmp_path_factory.mktemp("spool")))

@@ -11,6 +11,7 @@ from typing import Any
 from eagle_tui.app.app import CockpitApp
 from eagle_tui.app.main import build_app
 from eagle_tui.cli import build_parser
+from runbook.audit import AuditLog
 from runbook.events import ConnectionChanged, HostStats
 from runbook.loader import load_runbook, parse_overrides
 from runbook.state import RunState, RunStore, StepRecord
@@ -166,6 +167,24 @@ def seed(state_dir: Path) -> Path:
         updated_at=T0,
         steps=steps,
     )
+    # the audit is the record (docs/SAFETY.md): the seeded state is sealed by a matching audit
+    audit = AuditLog(store.audit_path, RUN_ID)
+    audit.append(
+        "run.started",
+        runbook={"name": state.runbook_name, "path": state.runbook_path, "sha256": loaded.sha256},
+        vars=loaded.vars,
+    )
+    for sid, rec in steps.items():
+        if rec.status != "pending":
+            audit.append(
+                "step.state",
+                step=sid,
+                status=rec.status,
+                reason=rec.reason,
+                attempt=rec.attempt,
+                job_id=rec.job_id,
+            )
+    state.audit_seq, state.audit_head = audit.head.seq, audit.head.hash
     store.save(state)
     return log
 
@@ -191,6 +210,9 @@ def seeded_app(state_dir: Path) -> CockpitApp:
         run_id=RUN_ID,
     )
     app.connect = app.reattach = False
+    # opening claims the work on the box (a real session); its live host stats would change the
+    # snapshot, so only the fixed samples of stats_events() are shown
+    app.engine.want_stats = False
     return quiet(app)
 
 

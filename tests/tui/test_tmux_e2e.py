@@ -86,7 +86,7 @@ def run_tmux_e2e(tmp_path, e2e_host_args, capsys, extra_env=None) -> None:
         tm.wait_for(r"train line 00020 of 40")
         tm.keys("q")  # quit in the middle of the detached job
         tm.wait_for(r"EXIT=0")
-        assert "jobs still running on the box: train" in tm.screen()
+        assert "still running on the box (detached): train" in tm.screen()
         assert state_of(state)["steps"]["train"]["status"] == "running"
 
         tm.run(argv)  # the same command again: resumes the run and reattaches
