@@ -170,7 +170,8 @@ def test_literal_dollar_brace_escape():
 
 def test_yaml_11_boolean_keys_are_taken_as_written():
     text = BASE.replace(
-        "    title: Prepare\n", "    title: Prepare\n    idempotent: true\n    retry: {max: 2, on: [lost, 137]}\n"
+        "    title: Prepare\n",
+        "    title: Prepare\n    idempotent: true\n    retry: {max: 2, on: [lost, 137]}\n",
     )
     retry = load_text(text, "rb.yaml").runbook.steps[0].retry
     assert retry is not None and retry.on == ["lost", 137]
