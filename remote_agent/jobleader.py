@@ -12,8 +12,15 @@ with default dispositions and dies of the group signal, while the leader lives t
 Only the supervisor's final SIGKILL of the group takes the leader down with the command, and
 then the (live) supervisor writes the record.
 
-Started by the jobwrap as `python -I -c <bootstrap> READY_FD EXIT_PATH ARGV...`; it reports
-on READY_FD one line: "ok" once the command runs, or the reason it could not start.
+Secrets: when the job was given secret values (SECRETS_FD >= 0: a pipe carrying a JSON list,
+read once, never on disk or argv), the command's stdout/stderr is a pipe to the leader, which
+redacts it as a stream (remote_agent/redact.py, across write boundaries) before the bytes reach
+the spool's log (the leader's own stdout). The log is whole before the exit record is written,
+so `log_size` and the client's byte offsets refer to the redacted log. Without secrets the
+command writes the log itself, as before.
+
+Started by the jobwrap as `python -I -c <bootstrap> READY_FD EXIT_PATH SECRETS_FD ARGV...`; it
+reports on READY_FD one line: "ok" once the command runs, or the reason it could not start.
 """
 
 from __future__ import annotations
@@ -21,16 +28,26 @@ from __future__ import annotations
 import errno
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from remote_agent.redact import StreamRedactor
+
 CANNOT_START = 127  # exit code when the command does not exist (126: exists, cannot run)
+# After the command exits, output still in flight (or from processes it left behind holding the
+# pipe) is pumped until EOF or until the pipe stays quiet this long.
+DRAIN_IDLE_S = 0.5
+DRAIN_MAX_S = 5.0  # a leftover that never stops writing must not hold the exit record back
+PUMP_CHUNK = 65536
 
 
-def bootstrap_argv(ready_fd: int, exit_path: Path, argv: list[str]) -> list[str]:
+def bootstrap_argv(
+    ready_fd: int, exit_path: Path, argv: list[str], secrets_fd: int = -1
+) -> list[str]:
     """argv for the leader: isolated interpreter (the job's PYTHON* env must not steer it)."""
     here = os.path.abspath(__file__)
     parent = os.path.dirname(os.path.dirname(here))
@@ -38,7 +55,16 @@ def bootstrap_argv(ready_fd: int, exit_path: Path, argv: list[str]) -> list[str]
         f"import sys; sys.path.insert(0, {parent!r}); "
         "from remote_agent.jobleader import main; sys.exit(main(sys.argv[1:]))"
     )
-    return [sys.executable or "python3", "-I", "-c", code, str(ready_fd), str(exit_path), *argv]
+    return [
+        sys.executable or "python3",
+        "-I",
+        "-c",
+        code,
+        str(ready_fd),
+        str(exit_path),
+        str(secrets_fd),
+        *argv,
+    ]
 
 
 def _noop(signum: int, frame: object) -> None:
@@ -57,12 +83,71 @@ def _write_record(path: Path, record: dict[str, object]) -> None:
     os.replace(tmp, path)
 
 
+def _read_secrets(fd: int) -> list[str]:
+    if fd < 0:
+        return []
+    with os.fdopen(fd, "rb") as f:
+        data = f.read()
+    return [s for s in json.loads(data or b"[]") if s]
+
+
+def _write_all(data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            n = os.write(1, view)
+        except OSError:
+            return  # (full disk) the output is lost, never written unredacted
+        view = view[n:]
+
+
+def _reap(pid: int, block: bool) -> int | None:
+    try:
+        got, status = os.waitpid(pid, 0 if block else os.WNOHANG)
+    except ChildProcessError:
+        return 255 << 8
+    return status if got else None
+
+
+def _pump(child: subprocess.Popen[bytes], out_r: int, redactor: StreamRedactor) -> int:
+    """Redact the command's output into the log until it exits and its pipe drains."""
+    status: int | None = None
+    drain_until = 0.0
+    while True:
+        try:
+            ready, _, _ = select.select(
+                [out_r], [], [], DRAIN_IDLE_S if status is not None else 0.2
+            )
+        except InterruptedError:
+            continue
+        if status is None:
+            status = _reap(child.pid, block=False)
+            drain_until = time.monotonic() + DRAIN_MAX_S
+        elif time.monotonic() > drain_until:
+            break
+        if not ready:
+            if status is not None:
+                break  # exited and the pipe stayed quiet: leftovers lose their later output
+            continue
+        data = os.read(out_r, PUMP_CHUNK)
+        if not data:
+            break
+        _write_all(redactor.feed(data))
+    _write_all(redactor.flush())  # a held-back tail that never became a secret
+    os.close(out_r)
+    return status if status is not None else (_reap(child.pid, block=True) or 0)
+
+
 def main(args: list[str]) -> int:
-    ready_fd, exit_path, argv = int(args[0]), Path(args[1]), args[2:]
+    ready_fd, exit_path, secrets_fd = int(args[0]), Path(args[1]), int(args[2])
+    argv = args[3:]
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _noop)
+    secrets = _read_secrets(secrets_fd)
+    out_r, out_w = os.pipe() if secrets else (-1, -1)
+    out: dict[str, int] = {"stdout": out_w, "stderr": out_w} if secrets else {}
     try:
-        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, close_fds=True)
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, close_fds=True, **out)
     except (OSError, ValueError, subprocess.SubprocessError) as e:
         missing = isinstance(e, FileNotFoundError) or getattr(e, "errno", None) == errno.ENOENT
         os.write(ready_fd, f"error {127 if missing else 126} {e}\n".encode())
@@ -70,13 +155,11 @@ def main(args: list[str]) -> int:
         return CANNOT_START if missing else 126
     os.write(ready_fd, b"ok\n")
     os.close(ready_fd)
-    while True:
-        try:
-            _, status = os.waitpid(child.pid, 0)
-            break
-        except ChildProcessError:
-            status = 255 << 8
-            break
+    if secrets:
+        os.close(out_w)
+        status = _pump(child, out_r, StreamRedactor(secrets))
+    else:
+        status = _reap(child.pid, block=True) or 0
     code = os.waitstatus_to_exitcode(status)
     record = {
         "exit_code": code if code >= 0 else None,

@@ -70,32 +70,55 @@ def _pidfd(pid: int) -> int | None:
 
 
 def _spawn(
-    spec: dict[str, Any], env: dict[str, str], log_fd: int, exit_path: Path
+    spec: dict[str, Any],
+    env: dict[str, str],
+    log_fd: int,
+    exit_path: Path,
+    secrets: list[str],
 ) -> subprocess.Popen[bytes]:
     """Start the job under its leader (jobleader), which records its exit even without us.
+
+    With secrets the leader redacts the job's output before it reaches the log; the values go
+    to it over a pipe (never argv or disk).
 
     Raises OSError with the leader's reason when the command itself cannot start.
     """
     argv = spec["argv"] if spec.get("argv") is not None else ["/bin/sh", "-c", spec["shell"]]
     ready_r, ready_w = os.pipe()
+    secrets_r, secrets_w = os.pipe() if secrets else (-1, -1)
     # The job leads its own process group inside our session: cancel kills exactly its tree.
     group: dict[str, Any] = (
         {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
     )
     try:
         child = subprocess.Popen(
-            bootstrap_argv(ready_w, exit_path, argv),
+            bootstrap_argv(ready_w, exit_path, argv, secrets_r),
             cwd=spec["cwd"],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=log_fd,
             stderr=log_fd,
             close_fds=True,
-            pass_fds=(ready_w,),
+            pass_fds=(ready_w, secrets_r) if secrets else (ready_w,),
             **group,
         )
+    except BaseException:
+        if secrets:
+            os.close(secrets_w)
+        raise
     finally:
         os.close(ready_w)
+        if secrets:
+            os.close(secrets_r)
+    if secrets:
+        data = json.dumps(secrets).encode()
+        try:
+            while data:
+                data = data[os.write(secrets_w, data) :]
+        except BrokenPipeError:
+            pass  # the leader died at once; its ready line says why
+        finally:
+            os.close(secrets_w)
     with os.fdopen(ready_r, "rb") as f:
         line = f.readline().decode(errors="replace").strip()
     if line != "ok":
@@ -231,7 +254,7 @@ def run(job_dir: str) -> int:
     if (path / CANCEL).exists():  # cancelled by another connection while we were starting
         return not_started("cancelled before it started", None, "cancelled")
     try:
-        child = _spawn(spec, env, log_fd, path / LEADER_EXIT)
+        child = _spawn(spec, env, log_fd, path / LEADER_EXIT, sorted(set(secret_env.values())))
     except (OSError, ValueError, subprocess.SubprocessError) as e:
         missing = isinstance(e, FileNotFoundError) or getattr(e, "errno", None) == errno.ENOENT
         return not_started(f"cannot start job: {e}", 127 if missing else 126, "exited")

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+import time
+from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remote_agent.redact import StreamRedactor
 from runbook.transports.local import scrubbed_env
+from tests.faults.jobrig import wait_for
+from tests.ssh.conftest import box, ssh_keys  # noqa: F401 - fixtures of the real sshd
+from tests.ssh.helpers import SshCli, write_ssh_config
+from tests.ssh.sshd import have_sshd, kill_tagged
 
 ALPHA = "abcdefgh\n xyz"  # small alphabet: secrets overlap the text and each other often
 secrets_st = st.lists(st.text(ALPHA, min_size=1, max_size=300), min_size=1, max_size=3)
@@ -59,3 +68,115 @@ def test_local_agent_env_is_scrubbed(tally):
         held = name not in out and out["PATH"] == "/usr/bin"
         tally.trial("client env secret inherited by local agent", held)
         assert held
+
+
+# --- the box's own job log: redacted by the agent before the bytes reach the spool -----------
+
+LEAKER = r"""
+import os, sys, time
+work, mode, k, pause = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+s = os.environ["API_TOKEN"].encode()
+w = lambda b: os.write(1, b)
+w(b"x" * 70000 + s + b" tail\n")  # a secret past 64 KiB in one long line
+w(b"start " + s[:k])  # a secret split across two writes, with a pause between
+open(os.path.join(work, "mid"), "w").write(str(os.getpid()))
+time.sleep(pause)
+w(s[k:] + b" end\n")
+w(b"".join(b"%d %s\n" % (i, s) for i in range(200)))  # many short lines
+time.sleep(0.3 if mode == "none" else 30)  # the kill lands here in the attack trials
+"""
+
+
+def _leak_trial(cli, rb: Path, work: Path, spool: Path, secret: str, mode: str, rng) -> bool:
+    """Run the leaking job once; `mode` kills its command or its supervisor mid-secret."""
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "mid").unlink(missing_ok=True)
+    proc = cli.popen("run", "--auto", "--new-run", str(rb))
+    try:
+        wait_for(lambda: (work / "mid").exists() and (work / "mid").read_text(), what="mid-line")
+        time.sleep(rng.uniform(0, 0.3))
+        if mode == "job":
+            os.kill(int((work / "mid").read_text()), signal.SIGKILL)
+        elif mode == "jobwrap":
+            jobs = sorted((spool / "jobs").iterdir(), key=lambda d: d.stat().st_mtime)
+            os.kill(int((jobs[-1] / "pid").read_text().split()[0]), signal.SIGKILL)
+            time.sleep(1.0)  # the rest of the secret arrives after the supervisor died
+            os.kill(int((work / "mid").read_text()), signal.SIGKILL)
+        console, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    files = [p for base in (spool, cli.state, work) for p in base.rglob("*") if p.is_file()]
+    leaked = [str(p) for p in files if secret.encode() in p.read_bytes()]
+    if secret in console:
+        leaked.append("console")
+    logs = sorted((spool / "jobs").glob("*/log"), key=lambda p: p.stat().st_mtime)
+    box_log = logs[-1].read_bytes()
+    mirror = Path(cli.state_json()["steps"]["leak"]["log_file"]).read_bytes()
+    # offsets kept: the client mirrors exactly the (redacted) box log, byte for byte
+    exact = mirror == box_log and box_log.startswith(b"x" * 70000 + b"*** tail\nstart ")
+    if mode == "none":
+        expected = b"x" * 70000 + b"*** tail\nstart *** end\n"
+        expected += b"".join(b"%d ***\n" % i for i in range(200))
+        exact = exact and box_log == expected
+    return not leaked and exact
+
+
+def _leak_runbook(cli, work: Path, host: str, k: int, pause: float) -> Path:
+    (work / "leak.py").write_text(LEAKER)
+    return cli.runbook(f"""\
+        name: leak
+        {host}
+        secrets:
+          TOKEN: {{env: DEMO_TOKEN}}
+        steps:
+          - id: leak
+            title: Print the token
+            run: [python3, {work}/leak.py, {work}, "$MODE", "{k}", "{pause}"]
+            env: {{API_TOKEN: "${{TOKEN}}"}}
+    """)
+
+
+def _leak_trials(cli, root: Path, spool: Path, host: str, attack: str, n: int, seed: int, tally):
+    rng = random.Random(seed)
+    breaks = []
+    for i in range(n):
+        secret = "sk-or-" + "".join(rng.choice("abcdefXYZ0123456789") for _ in range(40))
+        cli.env["DEMO_TOKEN"] = secret
+        mode = ["none", "job", "jobwrap"][i % 3]
+        work = root / f"w{i}"
+        work.mkdir(parents=True)
+        rb = _leak_runbook(cli, work, host, rng.randint(1, len(secret) - 1), rng.uniform(0, 0.4))
+        rb.write_text(rb.read_text().replace("$MODE", mode))
+        ok = _leak_trial(cli, rb, work, spool, secret, mode, rng)
+        tally.trial(attack, ok)
+        if not ok:
+            breaks.append((i, mode))
+    assert not breaks, breaks
+
+
+def test_box_job_log_is_redacted_local(tmp_path, tally):
+    from tests.runbook.conftest import Cli
+
+    cli = Cli(tmp_path)
+    _leak_trials(
+        cli, tmp_path, tmp_path / "spool", "", "secret in the box's job log (local)", 12, 31, tally
+    )
+
+
+@pytest.mark.sshd
+@pytest.mark.skipif(not have_sshd(), reason="OpenSSH sshd not installed")
+def test_box_job_log_is_redacted_over_ssh(tmp_path, box, ssh_keys, tally):  # noqa: F811
+    known = tmp_path / "known_hosts"
+    known.write_text(box.known_hosts_line())
+    config = write_ssh_config(tmp_path / "ssh_config", ssh_keys["user"], box=box)
+    cli = SshCli(tmp_path, known, config)
+    spool = box.home / ".eagle-tui" / "spool"
+    try:
+        _leak_trials(
+            cli, tmp_path, spool, "host: box", "secret in the box's job log (ssh)", 9, 32, tally
+        )
+    finally:
+        cli.cleanup()
+        kill_tagged(box.tag)
