@@ -237,3 +237,47 @@ def test_second_cockpit_on_a_locked_work_exits_4(tmp_path, monkeypatch, tally):
         p.kill()
         p.wait()
     assert not breaks, breaks[:2]
+
+
+MULTI = """\
+    name: duo
+    host: {default}
+    steps:
+      - id: once
+        title: Must run once
+        host: box2
+        run: echo {who} >> {side}; sleep 1.5
+"""
+
+
+@pytest.mark.sshd
+@pytest.mark.skipif(not have_sshd(), reason="OpenSSH sshd not installed")
+def test_lock_on_every_host_the_steps_use(tmp_path, box, box2, ssh_keys, tally):  # noqa: F811
+    """Alice's runbook defaults to box but runs its step on box2; Bob's runs the same work on
+    box2 directly. The claim is taken on every host the steps use, so one of them is refused
+    (before: the lock covered the default host only, and both ran on box2)."""
+    breaks: list = []
+    known = tmp_path / "known_hosts"
+    known.write_text(box.known_hosts_line() + box2.known_hosts_line())
+    config = write_ssh_config(tmp_path / "ssh_config", ssh_keys["user"], box=box, box2=box2)
+    rng = random.Random(17)
+    try:
+        for i in range(12):
+            root = tmp_path / f"t{i}"
+            side = root / "side"
+            clis = [SshCli(root / n, known, config) for n in ("alice", "bob")]
+            rbs = []
+            for c, default in zip(clis, ("box", "box2"), strict=True):
+                c.tmp.mkdir(parents=True)
+                rbs.append(c.runbook(MULTI.format(default=default, who=c.tmp.name, side=side)))
+            outs = race(clis, rbs, rng)
+            # trials run one after another on the same boxes: a claim not released at exit
+            # would refuse both drivers of the next trial
+            ok = held_once(outs, side)
+            tally.trial("lock on every host the steps use (two sshd boxes)", ok)
+            if not ok:
+                breaks.append(outs)
+    finally:
+        kill_tagged(box.tag)
+        kill_tagged(box2.tag)
+    assert not breaks, breaks[:2]
