@@ -20,6 +20,7 @@ from rich.text import Text
 
 from eagle_tui import __version__
 from runbook import audit as audit_mod
+from runbook import audit_seal
 from runbook.audit_seal import AuditBreak
 from runbook.box_claim import EXIT_LOCKED, DriverLocked
 from runbook.engine import (
@@ -322,6 +323,35 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------- audit
+def _box_head_check(args: argparse.Namespace, run: RunState, path: Path) -> tuple[str, str | None]:
+    """Check the verified chain against the head kept on the run's box: (what it was checked
+    against, the problem or None). An unreachable box is said, not an error."""
+    if args.offline:
+        return "box head not checked (--offline)", None
+    records = audit_mod.read_records(path)
+    host = audit_seal.run_default_host(records)
+    if host is None:
+        return "box head not checked (the audit names no host)", None
+    config = None
+    try:  # a host named in the runbook's `hosts:` needs its entry (ssh target, spool)
+        config = load_runbook(run.runbook_path, dict(run.vars)).runbook.hosts.get(host)
+    except (RunbookError, OSError, ValueError):
+        pass
+    try:
+        transport = make_transport_factory(_state_dir(args), args)(
+            host, *([config] if config is not None else [])
+        )
+        head = asyncio.run(audit_seal.fetch_box_head(transport, run.run_id))
+    except Exception as exc:  # noqa: BLE001 - any failure to reach the box is reported as such
+        return f"box head not checked: {host} not reachable ({exc})", None
+    if head is None:
+        return f"the box {host} has no head for this run (local chain only)", None
+    against = f"checked against the head on {host}: seq {head.get('seq')}" + (
+        " (clean close)" if head.get("clean") else ""
+    )
+    return against, audit_seal.box_head_problem(records, head)
+
+
 def cmd_audit(args: argparse.Namespace) -> int:
     try:
         run = find_run(_state_dir(args), args.run)
@@ -333,8 +363,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
     result = audit_mod.verify(path, expected)
     if args.audit_command == "verify":
         if result.ok:
+            against, problem = _box_head_check(args, run, path)
+            if problem:
+                _err(f"{path}: NOT OK: {problem} ({against})")
+                return EXIT_FAILED
             print(
-                f"{path}: ok: {result.records} records, head seq {result.head.seq} sha256 {result.head.hash}"
+                f"{path}: ok: {result.records} records, head seq {result.head.seq} sha256 {result.head.hash}; {against}"
             )
             return EXIT_OK
         where = f"line {result.bad_line}: " if result.bad_line else ""
@@ -455,6 +489,11 @@ def build_parser() -> argparse.ArgumentParser:
         "verify", parents=[common], help="verify the hash chain (default: the latest run)"
     )
     v.add_argument("run", nargs="?")
+    v.add_argument(
+        "--offline", action="store_true", help="do not consult the head kept on the run's box"
+    )
+    v.add_argument("--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts)")
+    v.add_argument("--ssh-config", help="ssh config file (default ~/.ssh/config)")
     v.set_defaults(func=cmd_audit)
     return parser
 

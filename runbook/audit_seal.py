@@ -11,6 +11,7 @@ Anything else raises AuditBreak with one message; `--accept-audit-break` proceed
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from dataclasses import dataclass, field
@@ -120,6 +121,51 @@ def _mismatches(state: RunState, records: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def box_head_problem(records: list[dict[str, Any]], box_head: dict[str, Any]) -> str | None:
+    """What is wrong with a verified chain given the head the box recorded, or None.
+
+    Records after a non-clean box head (a crash before the head was pushed) are no problem."""
+    seq = records[-1]["seq"] if records else 0
+    bseq, bhash = box_head.get("seq"), box_head.get("hash")
+    if not isinstance(bseq, int) or bseq > seq:
+        return (
+            f"the audit ends at seq {seq} but the box recorded head seq {bseq}: "
+            "records were dropped from the end"
+        )
+    if next((r for r in records if r.get("seq") == bseq), {}).get("hash") != bhash:
+        return (
+            f"audit record seq {bseq} is not the one the box recorded (hash "
+            f"{str(bhash)[:12]}…): the log was rewritten"
+        )
+    if seq > bseq and box_head.get("clean"):
+        return (
+            f"{seq - bseq} audit record(s) after seq {bseq}, the head the box recorded when "
+            "the last driver closed: they were added outside eagle-tui"
+        )
+    return None
+
+
+def run_default_host(records: list[dict[str, Any]]) -> str | None:
+    """The host whose spool keeps the run's head: the default host its last open recorded."""
+    for r in reversed(records):
+        if r.get("event") in ("run.started", "run.resumed") and r.get("default_host"):
+            return str(r["default_host"])
+    return None
+
+
+async def fetch_box_head(transport: Any, run_id: str, timeout: float = 30) -> dict[str, Any] | None:
+    """`audit.head_get` over one connection to the box (no retries: verify is one look)."""
+    from runbook.agent_client import HostSession
+
+    session = HostSession("audit-verify", transport, max_attempts=1)
+    try:
+        res = await asyncio.wait_for(session.call("audit.head_get", run_id=run_id), timeout)
+    finally:
+        await session.close()
+    head = res.get("head")
+    return head if isinstance(head, dict) else None
+
+
 def _load_state(store: RunStore) -> tuple[RunState | None, str | None]:
     try:
         text = store.state_path.read_text()
@@ -163,37 +209,14 @@ def check_run(
     if box_head is None:
         opened.notes.append(("audit.no_box_head", {"local_head": {"seq": head.seq}}))
     else:
-        bseq, bhash = box_head.get("seq"), box_head.get("hash")
-        if not isinstance(bseq, int) or bseq > head.seq:
-            return _broken(
-                store,
-                f"the audit ends at seq {head.seq} but the box recorded head seq {bseq}: "
-                "records were dropped from the end",
-                accept_break,
-                opened,
-                records,
+        problem = box_head_problem(records, box_head)
+        if problem:
+            return _broken(store, problem, accept_break, opened, records)
+        if head.seq > box_head["seq"]:
+            extra = head.seq - box_head["seq"]
+            opened.notes.append(
+                ("audit.ahead_of_box", {"box_seq": box_head["seq"], "records": extra})
             )
-        if by_seq.get(bseq, {}).get("hash") != bhash:
-            return _broken(
-                store,
-                f"audit record seq {bseq} is not the one the box recorded (hash "
-                f"{str(bhash)[:12]}…): the log was rewritten",
-                accept_break,
-                opened,
-                records,
-            )
-        if head.seq > bseq:
-            extra = head.seq - bseq
-            if box_head.get("clean"):
-                return _broken(
-                    store,
-                    f"{extra} audit record(s) after seq {bseq}, the head the box recorded when "
-                    "the last driver closed: they were added outside eagle-tui",
-                    accept_break,
-                    opened,
-                    records,
-                )
-            opened.notes.append(("audit.ahead_of_box", {"box_seq": bseq, "records": extra}))
     state, why = _load_state(store)
     if state is None:
         return _broken(store, str(why), accept_break, opened, records)

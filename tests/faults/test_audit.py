@@ -19,6 +19,9 @@ import pytest
 
 from runbook.audit import canonical, record_hash
 from tests.runbook.conftest import Cli
+from tests.ssh.conftest import box, ssh_keys  # noqa: F401 - fixtures of the real sshd
+from tests.ssh.helpers import SshCli, write_ssh_config
+from tests.ssh.sshd import have_sshd, kill_tagged
 
 RUNBOOK = """\
     name: sealed
@@ -288,3 +291,91 @@ def test_edited_earlier_run_does_not_open_a_within_guard(base, tmp_path, tally):
         if not ok:
             breaks.append((out.stdout[-1500:], out.stderr))
     assert not breaks, breaks[:2]
+
+
+# --- `audit verify` consults the head kept on the box ------------------------------------------
+
+
+def _tamper(run: Path, how: str, rng: random.Random) -> None:
+    """Rewrite the local files consistently (chain and state.json agree): only the box knows."""
+    audit = run / "audit.jsonl"
+    recs = lines(audit)
+    st = json.loads((run / "state.json").read_text())
+    if how == "tail dropped":
+        keep = rng.randrange(1, len(recs))
+        audit.write_bytes(b"".join(recs[:keep]))
+        last = json.loads(recs[keep - 1])
+    else:  # a correctly chained forged record after the clean close
+        last = json.loads(recs[-1])
+        forged = forge(last, "step.state", step="b", status="succeeded", reason=None)
+        audit.write_bytes(b"".join(recs) + forged)
+        last = json.loads(forged)
+        st["steps"]["b"]["status"] = "succeeded"
+    st["audit_seq"], st["audit_head"] = last["seq"], last["hash"]
+    (run / "state.json").write_text(json.dumps(st))
+
+
+def _verify_trials(cli, run: Path, host: str, extra: list[str], rng, attack: str, tally, n: int):
+    breaks = []
+    pristine = {p.name: p.read_bytes() for p in (run / "audit.jsonl", run / "state.json")}
+    for i in range(n):
+        for name, data in pristine.items():
+            (run / name).write_bytes(data)
+        how = ("untouched", "tail dropped", "forged record")[i % 3]
+        if how != "untouched":
+            _tamper(run, how, rng)
+        out = cli("audit", "verify", *extra, **({"ssh": False} if extra else {}))
+        off = cli("audit", "verify", "--offline", *extra, **({"ssh": False} if extra else {}))
+        said = f"checked against the head on {host}"
+        if how == "untouched":
+            ok = out.returncode == 0 and said in out.stdout
+        else:
+            ok = (
+                out.returncode == 1
+                and "NOT OK" in out.stderr
+                and said in out.stderr
+                and len(out.stderr.strip().splitlines()) == 1
+            )
+        # offline, the local files alone agree: ok, and it says the box was not asked
+        ok = ok and off.returncode == 0 and "box head not checked (--offline)" in off.stdout
+        ok = ok and "Traceback" not in out.stderr + off.stderr
+        tally.trial(attack, ok)
+        if not ok:
+            breaks.append((how, out.stdout, out.stderr, off.stdout))
+    assert not breaks, breaks[:2]
+
+
+def test_audit_verify_consults_the_box_head_local(base, tmp_path, tally):
+    cli, _, run = trial_copy(base, tmp_path / "v")
+    rng = random.Random(8)
+    _verify_trials(cli, run, "local", [], rng, "audit verify vs box head (local)", tally, 9)
+
+
+@pytest.mark.sshd
+@pytest.mark.skipif(not have_sshd(), reason="OpenSSH sshd not installed")
+def test_audit_verify_consults_the_box_head_over_ssh(tmp_path, box, ssh_keys, tally):  # noqa: F811
+    known = tmp_path / "known_hosts"
+    known.write_text(box.known_hosts_line())
+    config = write_ssh_config(tmp_path / "ssh_config", ssh_keys["user"], box=box)
+    cli = SshCli(tmp_path, known, config)
+    work = tmp_path / "work"
+    work.mkdir()
+    rb = cli.runbook("    host: box\n" + RUNBOOK.format(work=work))
+    try:
+        cli("run", "--auto", str(rb), check=1)
+        run = next((cli.state / "runs").iterdir())
+        extra = ["--ssh-config", str(config), "--known-hosts", str(known)]
+        rng = random.Random(9)
+        _verify_trials(cli, run, "box", extra, rng, "audit verify vs box head (ssh)", tally, 9)
+        # the box unreachable: said, and the local chain alone is checked
+        bad = tmp_path / "bad_config"
+        bad.write_text(config.read_text().replace(f"Port {box.port}", "Port 1"))
+        out = cli(
+            "audit", "verify", "--ssh-config", str(bad), "--known-hosts", str(known), ssh=False
+        )
+        ok = out.returncode == 0 and "box head not checked: box not reachable" in out.stdout
+        tally.trial("audit verify vs box head (ssh)", ok)
+        assert ok, out.stdout + out.stderr
+    finally:
+        cli.cleanup()
+        kill_tagged(box.tag)
