@@ -11,11 +11,17 @@ import os
 import random
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 
 from runbook.audit import read_records
 from runbook.engine import Confirmation, Engine
 from runbook.loader import load_runbook
 from runbook.transports.factory import make_transport_factory
+from tests.ssh.conftest import box, ssh_keys  # noqa: F401 - fixtures of the real sshd
+from tests.ssh.helpers import write_ssh_config
+from tests.ssh.sshd import have_sshd, kill_tagged
 
 RUNBOOK = """\
 name: guards
@@ -51,10 +57,16 @@ def make_work(root: Path, rng: random.Random) -> tuple[Path, Path]:
     return work, old
 
 
-def run_engine(root: Path, work: Path, old: str, run: str, during_confirm=None) -> tuple:
-    """One run of the `wipe` step; `during_confirm` mutates the box while the "modal" is open."""
+def run_engine(
+    root: Path, work: Path, old: str, run: str, during_confirm=None, remote=None
+) -> tuple:
+    """One run of the `wipe` step; `during_confirm` mutates the box while the "modal" is open.
+
+    `remote`: (host, options) to drive the box over SSH (the test sshd on loopback, so the
+    box's files are this machine's) instead of the local agent."""
     rb_path = root / "rb.yaml"
-    rb_path.write_text(RUNBOOK.format(work=json.dumps(str(work)), old=json.dumps(old), run=run))
+    text = RUNBOOK.format(work=json.dumps(str(work)), old=json.dumps(old), run=run)
+    rb_path.write_text(text if remote is None else f"host: {remote[0]}\n{text}")
     state = root / "state"
     os.environ["EAGLE_TUI_SPOOL"] = str(root / "spool")
     loaded = load_runbook(rb_path, state_dir=state)
@@ -67,8 +79,10 @@ def run_engine(root: Path, work: Path, old: str, run: str, during_confirm=None) 
         return Confirmation("typed", req.step_id)
 
     async def main():
-        engine = Engine(loaded, state, make_transport_factory(state), confirmer)
-        await engine.open("r1")
+        options = remote[1] if remote is not None else None
+        engine = Engine(loaded, state, make_transport_factory(state, options), confirmer)
+        # one id per trial: over SSH every trial shares the box's spool (and its audit heads)
+        await engine.open("r-" + hashlib.sha256(str(root).encode()).hexdigest()[:12])
         try:
             await engine.run_step("wipe")
         finally:
@@ -83,13 +97,16 @@ def run_engine(root: Path, work: Path, old: str, run: str, during_confirm=None) 
 
 def _fresh(tmp_path: Path, i: int) -> Path:
     root = tmp_path / f"t{i}"
-    root.mkdir()
+    root.mkdir(parents=True)
     return root
 
 
 def test_evidence_changed_while_confirming_blocks(tmp_path, tally):
-    rng = random.Random(1301)
-    for i in range(24):
+    stale_trials(tmp_path, tally, random.Random(1301), 24, "guard changed while confirming")
+
+
+def stale_trials(tmp_path, tally, rng, n: int, attack_class: str, remote=None) -> None:
+    for i in range(n):
         root = _fresh(tmp_path, i)
         work, old = make_work(root, rng)
         keep = sorted(p.name for p in old.iterdir())
@@ -112,7 +129,7 @@ def test_evidence_changed_while_confirming_blocks(tmp_path, tally):
 
         target = f"{old}/" if attack == "swap to link" else str(old)
         rec, audit, shown = run_engine(
-            root, work, target, json.dumps(["rm", "-rf", target]), mutate
+            root, work, target, json.dumps(["rm", "-rf", target]), mutate, remote
         )
         final = [r for r in audit if r["event"] == "step.state"][-1]
         intact = (outside / "precious").exists() and (
@@ -126,7 +143,7 @@ def test_evidence_changed_while_confirming_blocks(tmp_path, tally):
             and "guards_at_launch" in final
             and final["guards_at_launch"] != final.get("guards_shown")
         )
-        tally.trial("guard changed while confirming", held)
+        tally.trial(attack_class, held)
         assert held, (attack, rec.status, rec.reason, rec.message)
 
 
@@ -140,8 +157,11 @@ def test_unchanged_evidence_runs_and_audits_launch_evidence(tmp_path):
 
 
 def test_symlink_target_evidence_is_what_rm_deletes(tmp_path, tally):
-    rng = random.Random(1302)
-    for i in range(20):
+    symlink_trials(tmp_path, tally, random.Random(1302), 20, "symlink target")
+
+
+def symlink_trials(tmp_path, tally, rng, n: int, attack_class: str, remote=None) -> None:
+    for i in range(n):
         root = _fresh(tmp_path, i)
         work, _old = make_work(root, rng)
         inside = rng.random() < 0.5
@@ -152,7 +172,9 @@ def test_symlink_target_evidence_is_what_rm_deletes(tmp_path, tally):
         link = work / "old-link"
         link.symlink_to(real, target_is_directory=True)
         target = f"{link}/"  # `rm -rf link/` deletes the link target's contents
-        rec, _audit, shown = run_engine(root, work, target, json.dumps(["rm", "-rf", target]))
+        rec, _audit, shown = run_engine(
+            root, work, target, json.dumps(["rm", "-rf", target]), remote=remote
+        )
         sizes = (
             [g["observed"]["bytes"] for g in shown[0] if g["check"] == "dir_size"] if shown else []
         )
@@ -160,7 +182,7 @@ def test_symlink_target_evidence_is_what_rm_deletes(tmp_path, tally):
             held = sizes == [size] and rec.status == "succeeded"
         else:
             held = rec.status == "blocked" and (real / "data.bin").exists() and not shown
-        tally.trial("symlink target", held)
+        tally.trial(attack_class, held)
         assert held, (inside, sizes, size, rec.status, rec.message)
 
 
@@ -200,3 +222,28 @@ def test_forbidden_delete_targets_refused_before_anything_runs(tmp_path, tally):
         held = rec.status == "blocked" and not marker.exists() and len(refused) == 1
         tally.trial("forbidden delete target", held)
         assert held, (kind, target, rec.status, rec.message)
+
+
+@pytest.mark.sshd
+@pytest.mark.skipif(not have_sshd(), reason="OpenSSH sshd not installed")
+def test_stale_guard_and_symlink_target_over_ssh(tmp_path, box, ssh_keys, tally):  # noqa: F811
+    """The same attacks with the engine driving the box through the real sshd: the guards are
+    re-run by the box's agent in the launching request, and it resolves `link/` itself."""
+    known = tmp_path / "known_hosts"
+    known.write_text(box.known_hosts_line())
+    config = write_ssh_config(tmp_path / "ssh_config", ssh_keys["user"], box=box)
+    remote = ("box", SimpleNamespace(ssh_config=str(config), known_hosts=str(known)))
+    try:
+        stale_trials(
+            tmp_path / "stale",
+            tally,
+            random.Random(1311),
+            12,
+            "guard changed while confirming (ssh)",
+            remote,
+        )
+        symlink_trials(
+            tmp_path / "link", tally, random.Random(1312), 10, "symlink target (ssh)", remote
+        )
+    finally:
+        kill_tagged(box.tag)
