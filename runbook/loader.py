@@ -14,7 +14,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from runbook.interpolate import InterpolationError, placeholders, resolve_vars, substitute
+from runbook.interpolate import (
+    VALUE_ENV_PREFIX,
+    InterpolationError,
+    ShellText,
+    placeholders,
+    resolve_vars,
+    substitute,
+    substitute_shell,
+)
 from runbook.schema import CHECK_TYPES, Runbook, StepSucceeded
 from runbook.yaml_source import Pos, SourceDoc, YamlError, load_yaml
 
@@ -82,9 +90,11 @@ def _interpolate_tree(
     problems: _Problems,
 ) -> Any:
     if isinstance(data, dict):
-        return {
+        out = {
             k: _interpolate_tree(v, path + (k,), values, secrets, problems) for k, v in data.items()
         }
+        _pass_values_by_env(data, out, path, problems)
+        return out
     if isinstance(data, list):
         return [
             _interpolate_tree(v, path + (i,), values, secrets, problems) for i, v in enumerate(data)
@@ -106,10 +116,51 @@ def _interpolate_tree(
         return values[name]
 
     try:
-        return substitute(data, lookup, shell=shell)
+        if shell:
+            # shown text in `run`; what executes (values by reference) rides along, see below
+            text = substitute_shell(data, lookup)
+            return _ShellRun(text.shown, text) if text.env else text.shown
+        return substitute(data, lookup)
     except InterpolationError as exc:
         problems.add(path, str(exc.args[0]))
         return data
+
+
+class _ShellRun(str):
+    """A `run:` string as shown, carrying the form that executes and its values' env."""
+
+    text: ShellText
+
+    def __new__(cls, shown: str, text: ShellText) -> _ShellRun:
+        obj = super().__new__(cls, shown)
+        obj.text = text
+        return obj
+
+
+def _pass_values_by_env(
+    raw: dict, out: dict, path: tuple[str | int, ...], problems: _Problems
+) -> None:
+    """A `run:` whose values go by reference: `run_exec` executes, its env carries them."""
+    if "run_exec" in raw:
+        problems.add(path + ("run_exec",), "unknown field (eagle-tui fills it in)", key=True)
+    run = out.get("run")
+    if not isinstance(run, _ShellRun):
+        return
+    env = out.get("env")
+    env = {} if env is None else env
+    if not isinstance(env, dict):
+        return  # the schema reports it
+    clash = sorted(k for k in env if str(k).startswith(VALUE_ENV_PREFIX))
+    if clash:
+        problems.add(
+            path + ("env", clash[0]),
+            f"env names starting with {VALUE_ENV_PREFIX} are eagle-tui's (runbook values)",
+            key=True,
+        )
+        return
+    out["run"] = str(run)
+    out["run_exec"] = run.text.run
+    out["env"] = {**env, **run.text.env}
 
 
 def _split_secret_env(
@@ -164,7 +215,7 @@ def _allowed_keys(body: Any, path: tuple[str | int, ...]) -> list[str]:
                 model = m
     if model is None:
         return []
-    return [k for k in model.model_fields if k not in ("secret_env",)]
+    return [k for k in model.model_fields if k not in ("secret_env", "run_exec")]
 
 
 def _friendly(err: dict[str, Any], body: Any = None, path: tuple[str | int, ...] = ()) -> str:

@@ -131,6 +131,8 @@ class StepSucceeded(_Check):
 class CommandCheck(_Check):
     check: Literal["command"]
     run: Annotated[Command, BeforeValidator(_nonempty_command)]
+    # filled by the loader: `run` with its values as "${EAGLE_V_x}" references (in env)
+    run_exec: str | None = None
     cwd: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     timeout: Duration = 60.0
@@ -150,7 +152,7 @@ class CommandCheck(_Check):
         return {
             "check": "command",
             "argv": self.run if isinstance(self.run, list) else None,
-            "shell": self.run if isinstance(self.run, str) else None,
+            "shell": (self.run_exec or self.run) if isinstance(self.run, str) else None,
             "cwd": self.cwd,
             "env": dict(self.env),
             "timeout_s": self.timeout,
@@ -252,6 +254,9 @@ class Step(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
     # env var name -> secret name; filled by the loader from `env: {X: ${SECRET}}`
     secret_env: dict[str, str] = Field(default_factory=dict)
+    # filled by the loader: the shell `run` that executes, its values as "${EAGLE_V_x}"
+    # references (their values in env); `run` is the form shown to the operator and audited
+    run_exec: str | None = None
     cwd: str | None = None
     host: str | None = None
     artifacts: list[str] = Field(default_factory=list)  # files hashed into the audit on success

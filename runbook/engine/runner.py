@@ -171,7 +171,7 @@ class RunnerMixin(EngineCore):
                 run_id=self.state.run_id,
                 step_id=step.id,
                 argv=step.run if isinstance(step.run, list) else None,
-                shell=step.run if isinstance(step.run, str) else None,
+                shell=(step.run_exec or step.run) if isinstance(step.run, str) else None,
                 cwd=step.cwd,
                 env=dict(step.env),
                 secret_env={var: self.secrets[name] for var, name in step.secret_env.items()},

@@ -1,18 +1,20 @@
 """Attacks on "no runbook value is ever parsed as shell code" (docs/SAFETY.md, No injection).
 
-Each trial interpolates a hostile value into a command shape, runs the result under real bash,
-and checks that no side-effect file appeared and the value arrived byte-exact (or was refused).
+Each trial interpolates a hostile value into a command shape, runs what executes (values passed
+as environment variables) under real bash, and checks that no side-effect file appeared and the
+value arrived byte-exact, or that it was refused where no expansion can work.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runbook.interpolate import InterpolationError, substitute
+from runbook.interpolate import InterpolationError, substitute_shell
 
 SHAPES = [
     "printf %s ${x}",
@@ -28,7 +30,15 @@ SHAPES = [
     "echo $((1<<2)) >/dev/null\nprintf %s ${x}",
     "# <<EOF\nprintf %s ${x}",
     "echo '<<EOF' >/dev/null\nprintf %s ${x}",
+    'printf %s "${x}"',
+    'printf %s "<${x}>"',
+    "printf %s '${x}'",
+    "cat <<< ${x}",
+    "printf %s $(printf %s ${x}) >/dev/null; printf %s ${x}",
+    "echo $(( ${x} + 1 ))",
+    "[[ ${x} -eq 1 ]]",
 ]
+REFUSED_SHAPES = {"printf %s '${x}'", "echo $(( ${x} + 1 ))", "[[ ${x} -eq 1 ]]"}
 ATOMS = [
     "$(touch {p})",
     "`touch {p}`",
@@ -50,12 +60,17 @@ ATOMS = [
 
 
 def _expected(shape: str, value: str) -> str:
-    n = shape.count("${x}")
-    return value * n if "<<" not in shape or "printf" in shape else (value + "\n") * n
+    if shape == 'printf %s "<${x}>"':
+        return f"<{value}>"
+    if shape.startswith("cat <<<"):
+        return value + "\n"
+    if "<<" not in shape or "printf" in shape:
+        return value * (1 if "$(" in shape else shape.count("${x}"))
+    return (value + "\n") * shape.count("${x}")
 
 
 @settings(
-    max_examples=400,
+    max_examples=500,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
@@ -67,25 +82,83 @@ def test_hostile_values_never_run(tmp_path: Path, shape: str, atoms: list[str]) 
     pwned.unlink(missing_ok=True)
     value = "".join(a.format(p=pwned) for a in atoms)
     try:
-        command = substitute(shape, lambda _: value, shell=True)
+        text = substitute_shell(shape, lambda _: value)
     except InterpolationError:
-        # refusing is allowed only where a value cannot be inserted safely: a terminator line, NUL
+        # refusing is allowed only where a value cannot be passed safely: a NUL (no env can
+        # carry it), a terminator line in a literal (quoted) heredoc body, an uncertain `<<`,
+        # single quotes, arithmetic / [[ ]]
         terminators = {"EOF", "A", "B"} & {ln.lstrip("\t") for ln in value.split("\n")}
-        uncertain = "# <<" in shape or "'<<EOF'" in shape or "((" in shape
-        held = "\x00" in value or bool(terminators) or uncertain
+        literal_body = "<<'EOF'" in shape or '<<"EOF"' in shape or "<<E\\OF" in shape
+        uncertain = "# <<" in shape or "'<<EOF'" in shape or "((1<<" in shape
+        held = (
+            "\x00" in value
+            or (bool(terminators) and literal_body)
+            or uncertain
+            or shape in REFUSED_SHAPES
+        )
         TALLY.trial("hostile value interpolated into a shell command", held)
         assert held, (shape, value)
         return
-    p = subprocess.run(["bash", "-c", command], capture_output=True, timeout=10)
-    held = not pwned.exists()
-    if held and shape.endswith("printf %s ${x}") and "$(" not in shape:
-        held = p.stdout.decode() == value
-    elif held and "printf" not in shape:
-        body = p.stdout.decode()
-        if shape.startswith("cat <<-"):
-            body_ok = body == "".join(line.lstrip("\t") + "\n" for line in value.split("\n"))
-        else:
-            body_ok = body == _expected(shape, value)
-        held = body_ok
+    held = shape not in REFUSED_SHAPES  # these must be refused, whatever the value
+    env = {**os.environ, **text.env}
+    p = subprocess.run(["bash", "-c", text.run], capture_output=True, timeout=10, env=env)
+    held = held and not pwned.exists()
+    out = p.stdout.decode()
+    if held and shape.startswith("cat <<-"):
+        held = out == _expected(shape, value) or out == "".join(
+            line.lstrip("\t") + "\n" for line in value.split("\n")
+        )
+    elif held and shape == "printf %s $(printf %s ${x})":
+        pass  # the outer $(...) is unquoted: its output is split (no side effect is the point)
+    elif held and "$(printf %s ${x})" in shape:
+        held = out.endswith(value)
+    elif held:
+        held = out == _expected(shape, value)
     TALLY.trial("hostile value interpolated into a shell command", held)
-    assert held, (shape, value, command, p.stdout)
+    assert held, (shape, value, text.run, p.stdout)
+
+
+def test_shown_form_has_the_values_inline() -> None:
+    """The operator (confirmation, dry run, audit) sees the values, quoted for their context."""
+    text = substitute_shell(
+        'cp ${src} "${dst}/x" && cat <<EOF\n${src}\nEOF', {"src": "a b$c", "dst": 'q"'}.get
+    )
+    assert text.shown == 'cp \'a b$c\' "q\\"/x" && cat <<EOF\na b\\$c\nEOF'
+    assert text.run == 'cp "${EAGLE_V_src}" "${EAGLE_V_dst}/x" && cat <<EOF\n${EAGLE_V_src}\nEOF'
+    assert text.env == {"EAGLE_V_src": "a b$c", "EAGLE_V_dst": 'q"'}
+
+
+def test_set_values_reach_a_real_run_byte_exact(tmp_path: Path) -> None:
+    """End to end: `--set` hostile values through the loader, the engine and the real local
+    agent, in a step and in a command guard; the dry run and the audit show the values."""
+    from tests.faults.tally import TALLY
+    from tests.runbook.conftest import Cli
+
+    cli = Cli(tmp_path)
+    pwned = tmp_path / "pwned"
+    out_file = tmp_path / "out"
+    value = f"a\"b'c $(touch {pwned}) `touch {pwned}`\nEOF\ntouch {pwned}\n$HOME \\"
+    rb = cli.runbook(f"""\
+        name: inject
+        vars: {{x: plain}}
+        steps:
+          - id: s
+            title: Writes the value
+            preconditions:
+              - {{check: command, run: "test -n \\"${{x}}\\" && printf %s ${{x}} >/dev/null"}}
+            run: "cat >{out_file} <<EOF\\n${{x}}\\nEOF\\nprintf '%s|' \\"${{x}}\\" ${{x}} >>{out_file}"
+    """)
+    dry = cli("run", "--dry-run", "--set", f"x={value}", str(rb))
+    run = cli("run", "--auto", "--set", f"x={value}", str(rb))
+    audit = "\n".join(str(r.get("command")) for r in cli.audit() if r.get("command"))
+    held = (
+        run.returncode == 0
+        and not pwned.exists()
+        and out_file.read_text() == f"{value}\n{value}|{value}|"
+        and "touch" in dry.stdout  # the value is shown inline, not as $EAGLE_V_x
+        and "EAGLE_V_" not in dry.stdout
+        and "touch" in audit
+        and "EAGLE_V_" not in audit
+    )
+    TALLY.trial("hostile --set value through a real run", held)
+    assert held, (run.stdout[-2000:], run.stderr, dry.stdout[-2000:], audit)
