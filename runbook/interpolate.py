@@ -227,7 +227,7 @@ def substitute_shell(template: str, lookup: Callable[[str], str]) -> ShellText:
             inner = blanked[span[0] + 1 : m.start()]
             if template[span[0]] == "'":
                 raise InterpolationError(
-                    f"${{{name}}} is inside single quotes, where nothing expands; close the "
+                    f"${{{name}}} is inside quotes '...', where nothing expands; close the "
                     "quotes around it (its value is passed safely either way)"
                 )
             if "$(" in inner or "`" in inner:

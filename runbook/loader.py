@@ -140,17 +140,19 @@ class _ShellRun(str):
 def _pass_values_by_env(
     raw: dict, out: dict, path: tuple[str | int, ...], problems: _Problems
 ) -> None:
-    """A `run:` whose values go by reference: `run_exec` executes, its env carries them."""
-    if "run_exec" in raw:
-        problems.add(path + ("run_exec",), "unknown field (eagle-tui fills it in)", key=True)
+    """A `run:` whose values go by reference: `run_exec` executes, `run_env` carries them."""
+    for key in ("run_exec", "run_env"):
+        if key in raw:
+            problems.add(path + (key,), "unknown field (eagle-tui fills it in)", key=True)
     run = out.get("run")
     if not isinstance(run, _ShellRun):
         return
     env = out.get("env")
-    env = {} if env is None else env
-    if not isinstance(env, dict):
-        return  # the schema reports it
-    clash = sorted(k for k in env if str(k).startswith(VALUE_ENV_PREFIX))
+    clash = (
+        sorted(k for k in env if str(k).startswith(VALUE_ENV_PREFIX))
+        if isinstance(env, dict)
+        else []
+    )
     if clash:
         problems.add(
             path + ("env", clash[0]),
@@ -160,7 +162,7 @@ def _pass_values_by_env(
         return
     out["run"] = str(run)
     out["run_exec"] = run.text.run
-    out["env"] = {**env, **run.text.env}
+    out["run_env"] = run.text.env
 
 
 def _split_secret_env(
@@ -215,7 +217,7 @@ def _allowed_keys(body: Any, path: tuple[str | int, ...]) -> list[str]:
                 model = m
     if model is None:
         return []
-    return [k for k in model.model_fields if k not in ("secret_env", "run_exec")]
+    return [k for k in model.model_fields if k not in ("secret_env", "run_exec", "run_env")]
 
 
 def _friendly(err: dict[str, Any], body: Any = None, path: tuple[str | int, ...] = ()) -> str:

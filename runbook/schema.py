@@ -131,8 +131,9 @@ class StepSucceeded(_Check):
 class CommandCheck(_Check):
     check: Literal["command"]
     run: Annotated[Command, BeforeValidator(_nonempty_command)]
-    # filled by the loader: `run` with its values as "${EAGLE_V_x}" references (in env)
+    # filled by the loader: `run` with its values as "${EAGLE_V_x}" references (in run_env)
     run_exec: str | None = None
+    run_env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     timeout: Duration = 60.0
@@ -154,7 +155,7 @@ class CommandCheck(_Check):
             "argv": self.run if isinstance(self.run, list) else None,
             "shell": (self.run_exec or self.run) if isinstance(self.run, str) else None,
             "cwd": self.cwd,
-            "env": dict(self.env),
+            "env": {**self.env, **self.run_env},
             "timeout_s": self.timeout,
             "stdout_regex": self.stdout_regex,
         }
@@ -255,8 +256,9 @@ class Step(_Strict):
     # env var name -> secret name; filled by the loader from `env: {X: ${SECRET}}`
     secret_env: dict[str, str] = Field(default_factory=dict)
     # filled by the loader: the shell `run` that executes, its values as "${EAGLE_V_x}"
-    # references (their values in env); `run` is the form shown to the operator and audited
+    # references (their values in run_env); `run` is the form shown to the operator and audited
     run_exec: str | None = None
+    run_env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
     host: str | None = None
     artifacts: list[str] = Field(default_factory=list)  # files hashed into the audit on success

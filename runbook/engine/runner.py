@@ -173,7 +173,7 @@ class RunnerMixin(EngineCore):
                 argv=step.run if isinstance(step.run, list) else None,
                 shell=(step.run_exec or step.run) if isinstance(step.run, str) else None,
                 cwd=step.cwd,
-                env=dict(step.env),
+                env={**step.env, **step.run_env},
                 secret_env={var: self.secrets[name] for var, name in step.secret_env.items()},
                 timeout_s=step.timeout,
                 detach=step.detach,
