@@ -166,6 +166,16 @@ async def fetch_box_head(transport: Any, run_id: str, timeout: float = 30) -> di
     return head if isinstance(head, dict) else None
 
 
+FIRST_SAVE = "the driver stopped before its first save"
+# what Engine.open appends before its first state save: notes and the run's start
+_OPEN_EVENTS = {"run.started", "audit.no_box_head", "audit.repaired", "audit.ahead_of_box"}
+
+
+def _only_opened(records: list[dict[str, Any]]) -> bool:
+    events = [r.get("event") for r in records]
+    return events.count("run.started") == 1 and set(events) <= _OPEN_EVENTS
+
+
 def _load_state(store: RunStore) -> tuple[RunState | None, str | None]:
     try:
         text = store.state_path.read_text()
@@ -218,6 +228,11 @@ def check_run(
                 ("audit.ahead_of_box", {"box_seq": box_head["seq"], "records": extra})
             )
     state, why = _load_state(store)
+    if state is None and not store.state_path.exists() and _only_opened(records):
+        # a driver killed between the run's first audit record and its first save: nothing ran
+        opened.notes.append(("state.rederived", {"why": "state.json missing: " + FIRST_SAVE}))
+        opened.state = rebuild_state(store.run_id, records)
+        return opened
     if state is None:
         return _broken(store, str(why), accept_break, opened, records)
     in_chain = by_seq.get(state.audit_seq, {}).get("hash") == state.audit_head

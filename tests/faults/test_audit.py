@@ -379,3 +379,33 @@ def test_audit_verify_consults_the_box_head_over_ssh(tmp_path, box, ssh_keys, ta
     finally:
         cli.cleanup()
         kill_tagged(box.tag)
+
+
+def test_killed_before_the_first_state_save_resumes(base, tmp_path, tally):
+    """`kill -9` between the run's first audit records and its first state.json save (before
+    any head reached the box): nothing ran, so the state is rebuilt from the audit (noted) and
+    the run resumes, instead of "state.json is missing" forever."""
+    breaks: list = []
+    for i in range(4):
+        cli, rb, run = trial_copy(base, tmp_path / f"t{i}")
+        recs = lines(run / "audit.jsonl")
+        first = next(k for k, r in enumerate(recs) if json.loads(r)["event"] == "run.started")
+        (run / "audit.jsonl").write_bytes(b"".join(recs[: first + 1]))
+        (run / "state.json").unlink()
+        # the box as it was then: no head pushed, no job launched
+        shutil.rmtree(cli.tmp / "spool" / "audit-heads", ignore_errors=True)
+        shutil.rmtree(cli.tmp / "spool" / "jobs", ignore_errors=True)
+        (cli.tmp / "work" / "a.count").unlink()
+        out = cli("run", "--auto", str(rb))
+        events = [r["event"] for r in cli.audit()]
+        ok = (
+            out.returncode == 1  # b still fails, as in the base run
+            and "Traceback" not in out.stderr
+            and "state.rederived" in events
+            and count(cli.tmp / "work" / "a.count") == 1
+            and cli("audit", "verify").returncode == 0
+        )
+        tally.trial("driver killed before its first state save", ok)
+        if not ok:
+            breaks.append((out.returncode, out.stderr, events))
+    assert not breaks, breaks[:2]
