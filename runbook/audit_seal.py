@@ -80,7 +80,9 @@ def _ts(rec: dict[str, Any]) -> float:
         return 0.0
 
 
-def rebuild_state(run_id: str, records: list[dict[str, Any]]) -> RunState:
+def rebuild_state(
+    run_id: str, records: list[dict[str, Any]], store: RunStore | None = None
+) -> RunState:
     """A state from the audit alone (log cursors restart at 0: the mirror is rewritten)."""
     start = next((r for r in records if r.get("event") == "run.started"), records[0])
     rb = start.get("runbook") or {}
@@ -97,16 +99,25 @@ def rebuild_state(run_id: str, records: list[dict[str, Any]]) -> RunState:
         audit_seq=int(head["seq"]),
         audit_head=str(head["hash"]),
     )
-    apply_derived(state, records)
+    apply_derived(state, records, store)
     return state
 
 
-def apply_derived(state: RunState, records: list[dict[str, Any]]) -> None:
+def apply_derived(
+    state: RunState, records: list[dict[str, Any]], store: RunStore | None = None
+) -> None:
     for sid, r in derived_steps(records).items():
         rec = state.steps.setdefault(sid, StepRecord())
         rec.status, rec.reason, rec.message = r.get("status"), r.get("reason"), r.get("message")
         rec.attempt = int(r.get("attempt") or 0)
         rec.job_id = r.get("job_id")
+        if rec.job_id and not rec.log_file and store is not None:
+            # the state was saved before the launch record: the job's mirror is at its usual
+            # place, and the mirror's own cursor says how far it got (runbook/mirror.py)
+            rec.log_file = str(store.log_path(sid, rec.attempt))
+            rec.log_remote_offset = rec.log_mirror_size = 0
+            host = r.get("host")
+            rec.host = rec.host or (host if isinstance(host, str) else None)
 
 
 def _mismatches(state: RunState, records: list[dict[str, Any]]) -> list[str]:
@@ -231,7 +242,7 @@ def check_run(
     if state is None and not store.state_path.exists() and _only_opened(records):
         # a driver killed between the run's first audit record and its first save: nothing ran
         opened.notes.append(("state.rederived", {"why": "state.json missing: " + FIRST_SAVE}))
-        opened.state = rebuild_state(store.run_id, records)
+        opened.state = rebuild_state(store.run_id, records, store)
         return opened
     if state is None:
         return _broken(store, str(why), accept_break, opened, records)
@@ -260,7 +271,7 @@ def check_run(
         opened.notes.append(
             ("state.rederived", {"state_seq": state.audit_seq, "audit_seq": head.seq})
         )
-        apply_derived(state, records)
+        apply_derived(state, records, store)
     del where
     opened.state = state
     return opened
@@ -284,9 +295,9 @@ def _broken(
     if state is None:
         state, _ = _load_state(store)
     if state is None and records:
-        state = rebuild_state(store.run_id, records)
+        state = rebuild_state(store.run_id, records, store)
     elif state is not None and records:
-        apply_derived(state, records)
+        apply_derived(state, records, store)
     opened.state = state
     return opened
 
