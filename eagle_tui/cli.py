@@ -15,6 +15,7 @@ import re
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from rich.text import Text
 
@@ -323,6 +324,18 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------- audit
+def _run_coroutine(make: Any) -> Any:
+    """asyncio.run, also when called from a running loop (the cockpit calls main in-process)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(make())).result()
+
+
 def _box_head_check(args: argparse.Namespace, run: RunState, path: Path) -> tuple[str, str | None]:
     """Check the verified chain against the head kept on the run's box: (what it was checked
     against, the problem or None). An unreachable box is said, not an error."""
@@ -341,7 +354,7 @@ def _box_head_check(args: argparse.Namespace, run: RunState, path: Path) -> tupl
         transport = make_transport_factory(_state_dir(args), args)(
             host, *([config] if config is not None else [])
         )
-        head = asyncio.run(audit_seal.fetch_box_head(transport, run.run_id))
+        head = _run_coroutine(lambda: audit_seal.fetch_box_head(transport, run.run_id))
     except Exception as exc:  # noqa: BLE001 - any failure to reach the box is reported as such
         return f"box head not checked: {host} not reachable ({exc})", None
     if head is None:
