@@ -252,7 +252,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from eagle_tui.headless import ICONS, STYLES, progress_text
+    from eagle_tui.present.status import ICONS, STYLES, progress_text
     from runbook.units import format_duration
 
     table = Table(title=f"run {run.run_id} · runbook {run.runbook_name}", header_style="bold")
