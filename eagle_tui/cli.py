@@ -232,10 +232,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             code, str(engine.store.audit_path), engine.audit.head.seq, engine.audit.head.hash
         )
     elif args.dry_run:
-        print(
-            f"dry run: {'every guard passes' if code == EXIT_OK else 'some steps would be blocked'}; nothing changed"
-        )
+        print(dry_run_verdict(getattr(engine, "dry_report", {})))
     return code
+
+
+def dry_run_verdict(report: dict[str, tuple[str, str]]) -> str:
+    """The dry run's last line: every blocked step and why, or that nothing is blocked."""
+    blocked = [f"{sid} ({why})" for sid, (state, why) in report.items() if state == "blocked"]
+    pending = [sid for sid, (state, _) in report.items() if state == "pending"]
+    waits = f"; {len(pending)} pending on earlier steps" if pending else ""
+    if blocked:
+        return f"dry run: blocked: {'; '.join(blocked)}{waits}; nothing changed"
+    return f"dry run: nothing blocked{waits}; nothing changed"
 
 
 # ---------------------------------------------------------------------- status
@@ -342,10 +350,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
         if result.bad_record:
             _err(f"first bad record: {result.bad_record}")
         return EXIT_FAILED
+    from eagle_tui.present.audit_md import export_markdown
+
     records = audit_mod.read_records(path) if path.exists() else []
     fmt = args.format
     text = {"jsonl": audit_mod.export_jsonl, "csv": audit_mod.export_csv}.get(fmt)
-    out = text(records) if text else audit_mod.export_markdown(records, result)
+    out = text(records) if text else export_markdown(records, result)
     if args.output:
         tmp = Path(f"{args.output}.tmp.{os.getpid()}")
         tmp.write_text(out)

@@ -60,7 +60,9 @@ def view(result: Mapping[str, Any], default_phase: str = "pre") -> GuardView:
     ok = bool(result.get("ok"))
     label = str(result.get("title") or result.get("check") or "?")
     message = str(result.get("message") or "")
-    if phase == "skip_if":
+    if phase == "skip_if" and result.get("pending_on"):
+        mark, style, verdict = "⋯", "yellow", f"decided after step {result['pending_on']}"
+    elif phase == "skip_if":
         mark, style, verdict = ("↷", "blue", "holds") if ok else ("·", "dim", "does not hold")
     elif result.get("pending_on") and not ok:
         mark, style, verdict = "⋯", "yellow", f"pending on step {result['pending_on']}"

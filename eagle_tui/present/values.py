@@ -22,6 +22,8 @@ def local_time(ts: float) -> str:
 
 
 def value_text(key: str, value: Any) -> str:
+    if value is None:
+        return "—"
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if number and is_size_key(key):
         return format_size(value)

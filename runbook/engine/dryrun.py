@@ -56,17 +56,13 @@ class DryRunMixin(EngineCore):
         assert self.state
         if self.state.steps[step.id].status in DONE:
             return "done", ""
-        if step.skip_if:
-            notes = [{"dry_run": True}] * len(step.skip_if)
+        if step.skip_if:  # one an earlier step changes (it creates the path) cannot skip yet
+            notes = self._notes(step.skip_if, earlier)
             res = await self.evaluate(step, step.skip_if, "skip_if", notes)
-            if all(r["ok"] for r in res):
+            if all(r["ok"] for r in res) and not any("pending_on" in n for n in notes):
                 return "satisfied", "skip_if holds"
         checks = self.pre_checks(step)
-        notes = [
-            {"dry_run": True, **({"pending_on": on} if (on := plan.pending_on(c, earlier)) else {})}
-            for c in checks
-        ]
-        res = await self.evaluate(step, checks, "pre", notes)
+        res = await self.evaluate(step, checks, "pre", self._notes(checks, earlier))
         hard = [r for r in res if not r["ok"] and not r.get("pending_on")]
         if hard:
             return "blocked", failed_text(hard)
@@ -75,3 +71,10 @@ class DryRunMixin(EngineCore):
         if waits:
             return "pending", "pending on step " + ", ".join(dict.fromkeys(waits))
         return "would run", ""
+
+    @staticmethod
+    def _notes(checks: list, earlier: list[Step]) -> list[dict]:
+        return [
+            {"dry_run": True, **({"pending_on": on} if (on := plan.pending_on(c, earlier)) else {})}
+            for c in checks
+        ]
