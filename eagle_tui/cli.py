@@ -184,6 +184,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         for sid in args.yes or []:
             if sid != "*" and sid not in probe.runbook.step_ids:
                 raise RunbookError([f"--yes {sid}: no such step"])
+        if args.python is not None and not args.python.strip():
+            raise RunbookError(["--python: expected the path of a python on the box"])
         bad = [fp for fp in args.trust_host or [] if not FINGERPRINT.fullmatch(fp)]
         if bad:
             raise RunbookError(
@@ -411,6 +413,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--host", help="default host for steps without their own (overrides the runbook's host)"
+    )
+    p.add_argument(
+        "--python",
+        metavar="PATH",
+        help="the python on the box for a host not in the runbook's `hosts:` (e.g. --host "
+        "user@box): it runs the agent, and `python` in jobs and guards means it (as Ansible's "
+        "interpreter setting); a `hosts:` entry says its own with `python:`",
     )
     which = p.add_mutually_exclusive_group()
     which.add_argument(
