@@ -70,8 +70,11 @@ def view(result: Mapping[str, Any], default_phase: str = "pre") -> GuardView:
         mark, style, verdict = ("✓", "green", "proven") if ok else ("✗", "red", "not proven")
     else:
         mark, style, verdict = ("✓", "green", "passed") if ok else ("✗", "red", "blocks")
-    if result.get("check") == "removal_target" and ok:
-        verdict = removal_text(result.get("observed")) or verdict
+    removes = (
+        removal_text(result.get("observed")) if result.get("check") == "removal_target" else None
+    )
+    if removes and ok:  # the size is the verdict; the message would only repeat it
+        verdict, message = removes, f"the resolved target is {result['observed'].get('target')}"
     return GuardView(
         mark,
         style,
