@@ -117,12 +117,11 @@ def flatten(by_phase: Mapping[str, Iterable[Mapping[str, Any]]]) -> list[dict[st
 
 
 def current(results: Iterable[Mapping[str, Any]], status: str) -> list[Mapping[str, Any]]:
-    """What still stands: a dry run's marks go once the step runs or any real evaluation
-    of it came after the dry run (its other phases would otherwise mix two moments)."""
-    results = list(results)
-    if status in ("pending", "blocked") and all(r.get("dry_run") for r in results):
-        return results
-    return [r for r in results if not r.get("dry_run")]
+    """What still stands: a dry run's marks go once the step runs or is done (the real run has
+    overtaken them); before that they stay, each labelled a dry run's, beside any real ones."""
+    if status in ("running", "succeeded", "skipped"):
+        return [r for r in results if not r.get("dry_run")]
+    return list(results)
 
 
 def summary(results: Iterable[Mapping[str, Any]]) -> Text:
@@ -141,20 +140,3 @@ def summary(results: Iterable[Mapping[str, Any]]) -> Text:
     if waiting:
         return Text(f"⋯{waiting}/{len(checked)}", style="yellow")
     return Text(f"✓{len(checked)}", style="green")
-
-
-def forget_dry_run(
-    by_step: dict[str, dict[str, tuple[dict[str, Any], ...]]],
-) -> None:
-    """Drop every dry-run result (in place): call it when a real run starts, so a dry run's
-    marks do not stand for guards the real run has yet to evaluate."""
-    for sid in list(by_step):
-        kept = {
-            phase: res
-            for phase, res in by_step[sid].items()
-            if not any(r.get("dry_run") for r in res)
-        }
-        if kept:
-            by_step[sid] = kept
-        else:
-            del by_step[sid]
