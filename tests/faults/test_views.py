@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import random
+import stat
 from pathlib import Path
 
 from eagle_tui.present import guards as guard_view
@@ -115,3 +116,46 @@ def test_audit_headings_list_only_what_they_say(tally):
             listed = {sid for sid in final if f"| {sid} |" in body}
             held &= listed == {sid for sid, st in final.items() if st in group}
         assert tally.trial("audit markdown: a heading lists another status", held), (t, md)
+
+
+def _bytes_on_disk(root: Path) -> int:
+    """Apparent bytes of every regular file under root, each inode once (links not followed)."""
+    seen, total = set(), 0
+    for d, _, files in os.walk(root):
+        for name in files:
+            st = os.lstat(os.path.join(d, name))
+            if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_size
+    return total
+
+
+def test_the_delete_evidence_is_what_rm_frees(tmp_path, tally):
+    """The size a destructive step's target shows is what `rm -rf` then frees: a directory's
+    contents (not its 4096-byte entry), a link's target only with a trailing slash, hard links
+    inside once; measured by the bytes that really went."""
+    import subprocess
+
+    from remote_agent.probes import run_probe
+
+    rng = random.Random(21)
+    for i in range(16):
+        work = tmp_path / f"w{i}" / "work"
+        old = work / "old"
+        (old / "sub").mkdir(parents=True)
+        (work / "keep").mkdir()
+        (work / "keep" / "k.bin").write_bytes(os.urandom(rng.randint(1, 5000)))
+        for j in range(rng.randint(0, 5)):
+            (old / ("sub" if j % 2 else "") / f"f{j}.bin").write_bytes(b"x" * rng.randint(0, 70000))
+        if rng.random() < 0.5 and any(old.glob("*.bin")):
+            first = next(old.glob("*.bin"))
+            os.link(first, old / "sub" / "hard.bin")  # one inode, counted once
+        (work / "lnk").symlink_to(old)
+        raw = rng.choice([str(old), f"{work}/lnk/", f"{work}/lnk", f"{old}/"])
+        res = run_probe({"check": "removal_target", "path": raw, "root": str(work)})
+        before = _bytes_on_disk(work)
+        subprocess.run(["rm", "-rf", raw], check=False, capture_output=True)
+        freed = before - _bytes_on_disk(work)
+        shown = (res.get("observed") or {}).get("bytes")
+        held = bool(res["ok"]) and shown == freed
+        assert tally.trial("delete evidence: size shown vs bytes rm freed", held), (raw, res, freed)
