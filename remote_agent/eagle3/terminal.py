@@ -18,7 +18,7 @@ def number(v: Any) -> str:
     if isinstance(v, int):
         return f"{v:,}"
     if v != 0 and (abs(v) >= 1e9 or abs(v) < 1e-3):
-        return f"{v:.3e}"
+        return f"{v:.4g}"
     return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
 
 

@@ -38,7 +38,7 @@ def merge_argv(tmp_path: Path) -> list[str]:
 
 
 def env(**extra: str) -> dict[str, str]:
-    e = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="120", TERM="xterm-256color", **extra)
+    e = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="120", TERM="xterm-256color")
     e.pop("EAGLE3_PROGRESS", None)
     e.update(extra)
     return e
@@ -83,3 +83,25 @@ def test_piped_or_asked_for_json_it_keeps_the_machine_lines(tmp_path):
     assert "progress" in kinds and kinds[-1] == "result"
     rc, shown = run_in_pty(merge_argv(tmp_path), EAGLE3_PROGRESS="json")  # the agent's setting
     assert rc == 0 and '@@eagle3 {"kind":"result"' in shown
+
+
+def test_metrics_read_as_figures_and_a_box_without_rich_gets_a_text_bar(tmp_path):
+    code = (
+        "from remote_agent.eagle3.progress import Progress, emit\n"
+        "emit('metrics', step=120, loss=2.3456789012345678, acc=0.41234567890123456, lr=3e-05)\n"
+        "p = Progress('train', 600, 'steps', interval=0)\n"
+        "p.advance(300)\n"
+        "emit('result', steps=600, out='drafter')\n"
+    )
+    rc, shown = run_in_pty([sys.executable, "-c", code])
+    assert rc == 0 and "@@eagle3" not in shown
+    assert "step 120 · loss 2.346 · acc 0.4123 · lr 3e-05" in shown
+    assert "2.3456789012" not in shown
+    # without rich (a bare box python): the same in plain text, the bar redrawn in place
+    blocker = tmp_path / "norich"
+    (blocker / "rich").mkdir(parents=True)
+    (blocker / "rich" / "__init__.py").write_text("raise ImportError('no rich on this box')\n")
+    rc, shown = run_in_pty([sys.executable, "-c", code], PYTHONPATH=f"{blocker}{os.pathsep}{REPO}")
+    assert rc == 0 and "@@eagle3" not in shown, shown
+    assert "train [###############...............] 300/600 steps" in shown
+    assert "result: steps 600 · out drafter" in shown
