@@ -107,3 +107,17 @@ async def test_the_confirmation_shows_what_the_delete_removes(env):
         await wait_for(pilot, lambda: "old data gone" in detail(app), what="wipe's proof")
         assert "✓ proof old data gone: proven" in detail(app)
         assert not (env.work / "old").exists()
+
+
+async def test_the_header_says_key_once(env):
+    from eagle_tui.app.widgets.host.header import RunHeader
+
+    app = env.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await opened(pilot)
+        header = app.main.query_one(RunHeader)
+        header.set_connection("gpu", "connecting", 1, None, None)  # an ssh box, key not yet seen
+        await pilot.pause()
+        shown = header.visual.plain
+        assert "host gpu · key not known yet" in shown and "key key" not in shown
+        assert "host local · key none (local)" in shown
