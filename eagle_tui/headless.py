@@ -31,8 +31,6 @@ from runbook.events import (
 )
 from runbook.units import format_duration
 
-__all__ = ["ICONS", "STYLES", "HeadlessView", "progress_text"]
-
 
 class HeadlessView:
     def __init__(

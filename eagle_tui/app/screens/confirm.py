@@ -20,7 +20,7 @@ from runbook.engine import Confirmation, ConfirmRequest
 from runbook.schema import Step
 
 
-def evidence_markup(req: ConfirmRequest, step: Step | None = None) -> Content:
+def evidence_markup(req: ConfirmRequest) -> Content:
     """The guards as evaluated before asking (eagle_tui/present/guards.py: one renderer)."""
     lines = [Content.from_rich_text(t) for t in guard_view.rich_lines(req.evidence, indent="")]
     return join_lines(lines) if lines else markup("[dim](this step has no guards)[/]")
@@ -54,7 +54,7 @@ class ConfirmScreen(ModalScreen[Confirmation | None]):
             yield Static(markup("[dim]$$[/] $v", v=command_text(r.command)), id="confirm-command")
             yield Label("What the guards observed (what will be changed or deleted):")
             with VerticalScroll(id="confirm-evidence"):
-                yield Static(evidence_markup(r, self.step))
+                yield Static(evidence_markup(r))
             yield Label(
                 markup(
                     "Type the step id [b]$sid[/] to run it; Escape does not run it.", sid=r.step_id
