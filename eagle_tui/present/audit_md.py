@@ -57,7 +57,7 @@ def final_states(records: list[RecordT]) -> dict[str, RecordT]:
     return last
 
 
-def skip_reason(rec: RecordT) -> str:
+def why_text(rec: RecordT) -> str:
     if rec.get("reason") == "already_satisfied":
         held = [g for g in rec.get("guards") or [] if g.get("ok")]
         what = "; ".join(str(g.get("message") or g.get("check")) for g in held)
@@ -136,7 +136,7 @@ def step_tables(last: dict[str, RecordT]) -> list[str]:
                     (
                         r.get("step"),
                         r.get("status"),
-                        skip_reason(r),
+                        why_text(r),
                         r.get("exit_code"),
                         r.get("signal"),
                         _duration(r),
@@ -211,10 +211,14 @@ def _size(v: Any) -> str:
     return format_size(v) if isinstance(v, (int, float)) else ""
 
 
+def _shown(values: Mapping[str, Any], key: str) -> str:
+    return json.dumps(values[key]) if key in values else "(unset)"
+
+
 def vars_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(name, old, new) of every variable that differs, values as JSON."""
     keys = sorted(set(old) | set(new))
-    show = lambda m, k: json.dumps(m[k]) if k in m else "(unset)"  # noqa: E731
-    return [(k, show(old, k), show(new, k)) for k in keys if old.get(k) != new.get(k)]
+    return [(k, _shown(old, k), _shown(new, k)) for k in keys if old.get(k) != new.get(k)]
 
 
 def resumes(records: list[RecordT]) -> list[str]:
