@@ -202,17 +202,10 @@ class EngineCore:
                 != (self.loaded.sha256 if k == "runbook_sha256" else self.loaded.vars)
             ]
             if changed:
-                old, new = state.vars, self.loaded.vars
-                names = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
-                cut = lambda v: str(v) if len(str(v)) <= 40 else str(v)[:39] + "…"  # noqa: E731
-                what = [
-                    f"{k} ({cut(old.get(k, '(unset)'))} -> {cut(new.get(k, '(unset)'))})"
-                    for k in names
-                ] + (["the runbook's text"] if "runbook_sha256" in changed else [])
                 self.emit(
                     Notice(
                         "warning",
-                        f"resuming run {run_id} with a changed {', '.join(what)}; "
+                        f"resuming run {run_id} with a changed {' and '.join(changed)}; "
                         "succeeded steps are not re-run",
                     )
                 )
