@@ -54,7 +54,10 @@ def produced_paths(step: Step) -> set[str]:
 
 
 def check_inputs(check: Any) -> list[str]:
-    """The paths a guard reads: its `path`, or a command guard's path-like arguments."""
+    """The paths a guard reads: its `path`, or a command guard's path-like arguments. Free disk
+    space reads none: an earlier step's files do not make room (its path only says where)."""
+    if getattr(check, "check", None) == "disk_free":
+        return []
     path = getattr(check, "path", None)
     if isinstance(path, str):
         return [_norm(path)]
