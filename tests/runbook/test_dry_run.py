@@ -46,6 +46,11 @@ def test_a_guard_nothing_earlier_produces_blocks_and_is_named(cli, tmp_path):
             title: After the blocked one
             run: "true"
             requires: [needs-input]
+          - id: room
+            title: Needs more disk than any step makes
+            run: "true"
+            preconditions:
+              - {{check: disk_free, path: "{work}", min: 1000TiB, title: room}}
     """)
     out = cli("run", str(rb), "--dry-run", check=3)
     text = out.stdout
@@ -53,9 +58,11 @@ def test_a_guard_nothing_earlier_produces_blocks_and_is_named(cli, tmp_path):
     assert "⋯ guard dry-run data made: pending on step make" in text
     assert "  blocked needs-input on local" in text
     assert "  pending after on local" in text and "pending on step needs-input" in text
+    assert "  blocked room on local" in text  # under make's output dir, yet no step makes room
     last = text.splitlines()[-1]
     assert (
         last.startswith("dry run: blocked: needs-input (input file: ") and "does not exist" in last
     )
+    assert "; room (room: " in last
     assert "use" not in last.split("blocked:")[1].split(";")[0]
     assert not work.exists() and not (cli.state / "runs").exists()
