@@ -176,6 +176,23 @@ def confirmations(records: list[RecordT]) -> list[str]:
     return lines
 
 
+def earlier_blocks(records: list[RecordT], last: dict[str, RecordT]) -> list[str]:
+    """Blocks a step got past later (its final state is listed above): when, why, what then.
+    Declined confirmations have their own table."""
+    rows = [
+        (r.get("step"), r.get("ts"), why_text(r), last[str(r["step"])].get("status"))
+        for r in records
+        if r.get("event") == "step.state"
+        and r.get("status") == "blocked"
+        and r.get("reason") != "confirmation_required"
+        and str(r.get("step")) in last
+        and last[str(r["step"])] is not r
+    ]
+    if not rows:
+        return []
+    return ["", "## Blocked earlier", "", *table(("step", "at", "why", "then"), rows)]
+
+
 def guard_sections(last: dict[str, RecordT]) -> list[str]:
     """Per step: the guards its last end evaluated, then its postconditions (the proof)."""
     lines: list[str] = []
@@ -256,6 +273,7 @@ def export_markdown(records: list[RecordT], verify_result: VerifyResult | None =
     lines = header(records, verify_result)
     lines += outcome(records, last)
     lines += step_tables(last)
+    lines += earlier_blocks(records, last)
     lines += confirmations(records)
     lines += guard_sections(last)
     lines += artifacts(last)

@@ -19,6 +19,10 @@ steps:
     artifacts: ["${{work}}/data.txt"]
     postconditions:
       - {{check: path_exists, path: "${{work}}/data.txt", title: data written}}
+  - id: gate
+    title: Wait for the go file
+    preconditions:
+      - {{check: path_exists, path: "${{work}}/go", title: go file}}
   - id: wipe
     title: Delete the old copy
     destructive: true
@@ -44,6 +48,7 @@ HEADINGS = [
     "## Outcome",
     "## Succeeded steps",
     "## Failed, lost or cancelled steps",
+    "## Blocked earlier",
     "## Confirmations given",
     "## Confirmations declined or not given",
     "## Guards and proofs",
@@ -59,6 +64,8 @@ def section(md: str, heading: str) -> str:
 def test_the_markdown_audit_is_the_record_of_a_real_run(cli, tmp_path):
     work = tmp_path / "work"
     rb = cli.runbook(RUNBOOK.format(work=work))
+    cli("run", str(rb), "--auto", check=3)  # gate: no go file yet
+    (work / "go").touch()
     cli("run", str(rb), "--auto", check=3)  # wipe: no --yes, so its confirmation is not given
     assert (work / "old" / "blob").exists()
     cli("run", str(rb), "--auto", "--yes", "wipe", "--set", "tag=two", check=1)  # flaky fails
@@ -78,6 +85,14 @@ def test_the_markdown_audit_is_the_record_of_a_real_run(cli, tmp_path):
     assert "flaky" not in ok  # a heading that is true: no failure under "Succeeded"
     bad = section(md, "## Failed, lost or cancelled steps")
     assert "| flaky | failed | exit_code · exited with code 1 | 1 |" in bad
+    earlier = section(md, "## Blocked earlier")
+    assert re.search(
+        r"^\| gate \| [^|]+ \| precondition_failed · path_exists: .*/go does not exist \| succeeded \|$",
+        earlier,
+        re.M,
+    )
+    assert "| wipe |" not in earlier  # its declined confirmation has its own table
+    assert "| gate | guards_passed |" in ok
     assert "| wipe | yes_flag |" in section(md, "## Confirmations given")
     declined = section(md, "## Confirmations declined or not given")
     assert "| wipe |" in declined and "--yes wipe" in declined
