@@ -48,6 +48,7 @@ from remote_agent.eagle3.extraction.server import (
     sglang_layer_ids,
 )
 from remote_agent.eagle3.progress import Progress, emit
+from remote_agent.eagle3.sglang_versions import served_capture_ids
 
 CANARY = CONTROL_PREFIX + "canary:"
 FLUSH = CONTROL_PREFIX + "flush:"
@@ -108,7 +109,7 @@ def expected_shapes(opts: ClientOptions, info: dict[str, Any]) -> dict[str, Any]
         exp["layer_ids"] = sorted(sglang_layer_ids(opts.layers))
     elif exp["num_layers"]:
         n = int(exp["num_layers"])
-        exp["layer_ids"] = [2, n // 2, n - 3]
+        exp["layer_ids"] = served_capture_ids(info, n) or [2, n // 2, n - 3]
     return exp
 
 

@@ -31,7 +31,7 @@ def load_hook_package(dest: Path):
     name = f"eagle3_dump_under_test_{uuid.uuid4().hex[:8]}"
     pkg = dest / name
     pkg.mkdir(parents=True)
-    for f in ("__init__.py", "hook.py"):
+    for f in ("__init__.py", "hook.py", "compat.py"):
         shutil.copy(REPO / "patches" / "eagle3_dump" / f, pkg / f)
     shutil.copy(REPO / "remote_agent" / "eagle3" / "dense.py", pkg / "dense.py")
     spec = importlib.util.spec_from_file_location(
