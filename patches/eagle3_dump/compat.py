@@ -80,7 +80,7 @@ def _replicas() -> int | None:
 
 def _replica_rank(p: Any) -> int:
     try:
-        value = getattr(p, "dp_rank")
+        value = p.dp_rank
     except (AttributeError, RuntimeError, ValueError):
         value = None  # 0.5.14 has no such field; 0.5.23 leaves it unset without replicas
     if value is not None:
