@@ -21,7 +21,8 @@ What it does for one forward (reference: sglang-dump-patch.md §6.2):
    per-sample error markers.
 
 Control rids (after the prefix): `__eagle3__:canary:<nonce>` is dumped into `<dir>/canary/` and
-sealed at once (the client waits for it before sending data); `__eagle3__:flush:<nonce>` seals
+sealed at once, the canaries of one forward in one shard (the client waits for it before sending
+data, and compares it with SGLang's own return_hidden_states); `__eagle3__:flush:<nonce>` seals
 the current shard. Environment, read once per process:
 
   EAGLE3_DUMP_DIR          dump directory; set means enabled (read by the patched module)
@@ -494,15 +495,17 @@ class _Dumper:
     def _process(self, batch: _Batch) -> None:
         for sid, reason, fields in batch.markers:
             self._marker(sid, reason, **fields)
+        canaries = [s for s in batch.samples if s[0].startswith(CANARY)]
         for sid, ids, aux, final in batch.samples:
+            if sid.startswith(CANARY):
+                continue
             try:
-                if sid.startswith(CANARY):
-                    self._write_canary(sid, ids, aux, final)
-                else:
-                    self._add(sid, ids, aux, final)
+                self._add(sid, ids, aux, final)
             except Exception as exc:  # never let one sample stop the writer
                 logger.exception("eagle3 dump: sample %s failed", sid)
                 self._marker(sid, f"dump failed: {type(exc).__name__}: {exc}", kind="error")
+        if canaries:
+            self._write_canaries(canaries)
         if batch.flush:
             self._seal()
         elif self._queue is None:
@@ -546,21 +549,29 @@ class _Dumper:
             self.stats["shards"] += 1
             self.stats["samples"] = writer.samples_written
 
-    def _write_canary(self, sid: str, ids, aux, final) -> None:
+    def _write_canaries(self, samples: list[tuple[str, Any, Any, Any]]) -> None:
+        """The canaries of one forward go into one shard, sealed at once: the client reads
+        "these requests shared a forward" off the shard they landed in."""
         root = self.root / dense.CANARY_DIR
-        if self._canary is None:
-            try:
-                self._canary = dense.ShardWriter(root, self.meta, rank=self.rank)
-            except dense.DumpFormatError:  # a stale canary of another model: disposable
-                import shutil
-
-                shutil.rmtree(root, ignore_errors=True)
-                self._canary = dense.ShardWriter(root, self.meta, rank=self.rank)
         try:
-            self._canary.add(sid, ids, aux, final)
+            if self._canary is None:
+                try:
+                    self._canary = dense.ShardWriter(root, self.meta, rank=self.rank)
+                except dense.DumpFormatError:  # a stale canary of another model: disposable
+                    import shutil
+
+                    shutil.rmtree(root, ignore_errors=True)
+                    self._canary = dense.ShardWriter(root, self.meta, rank=self.rank)
+            for sid, ids, aux, final in samples:
+                self._canary.add(sid, ids, aux, final)
             self._canary.flush()
         except dense.DumpWriteError as exc:
-            self._marker(sid, f"canary write failed: {exc}", kind="io", errno=exc.errno)
+            for sid, *_ in samples:
+                self._marker(sid, f"canary write failed: {exc}", kind="io", errno=exc.errno)
+        except Exception as exc:  # never let a canary stop the writer
+            logger.exception("eagle3 dump: canary failed")
+            for sid, *_ in samples:
+                self._marker(sid, f"canary failed: {type(exc).__name__}: {exc}", kind="error")
 
     def _seal(self) -> None:
         if self._main is None or not self._main.buffered_samples:

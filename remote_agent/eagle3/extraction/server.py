@@ -177,6 +177,7 @@ def launch_command(
         "-1",
         "--disable-prefill-cuda-graph",
         "--skip-server-warmup",
+        "--enable-return-hidden-states",  # the canary compares with SGLang's own rows
     ]
     if tp:
         cmd += ["--tp-size", str(tp)]
