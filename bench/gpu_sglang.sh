@@ -96,7 +96,7 @@ stage_end revert-guard
 
 # ---- report ----
 cp -f $WORK/*.json $WORK/*.txt $OUT/ 2>/dev/null
-mkdir -p $OUT/logs; cp -f $STATE/runs/*/logs/* $OUT/logs/ 2>/dev/null
+mkdir -p $OUT/logs; cp -f $STATE/runs/*/logs/*.log $OUT/logs/ 2>/dev/null
 for f in $WORK/sglang-dumps/sglang-server.log $WORK/sglang-dumps/canary/vs-sglang.json; do cp -f $f $OUT/ 2>/dev/null; done
 python3 - "$OUT" "$t0" "$RBRC" "$BYTES_OK" "$STUBS" "${SECS[staging]}" "${SECS[runbook]}" <<'PY' > $OUT/extra.json
 import json, sys, time
@@ -109,5 +109,5 @@ print(json.dumps({
 }))
 PY
 python3 bench/gpu_sglang_check.py report --work $WORK --state $OUT/state.json --extra $OUT/extra.json \
-  "${SETS[@]}" --out $OUT/sglang-real.json
+  --out $OUT/sglang-real.json
 echo "total $(( $(date +%s) - t0 ))s"

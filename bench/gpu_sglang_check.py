@@ -227,7 +227,7 @@ def _stages(state: Path) -> dict[str, Any]:
     return out
 
 
-def report(work: Path, state: Path, runbook: Path, overrides: dict[str, str], extra: dict) -> dict:
+def report(work: Path, state: Path, extra: dict) -> dict:
     w = Path(work)
     info = _load(w / "server-info-extract.json")
     vs = _load(w / "sglang-dumps" / "canary" / "vs-sglang.json")
@@ -258,7 +258,7 @@ def report(work: Path, state: Path, runbook: Path, overrides: dict[str, str], ex
         "serve_check": _text(w / "serve-check.txt"),
         "patch": {"apply": _load(w / "patch-apply.json"), "revert": _load(w / "patch-revert.json")},
         "stages": _stages(state),
-        "commands": _commands(runbook, overrides),
+        "commands": {"script": "bash bench/gpu_sglang.sh", **_commands(state)},
         **extra,
     }
     if isinstance(info, dict) and "context_length" not in info:
@@ -266,14 +266,13 @@ def report(work: Path, state: Path, runbook: Path, overrides: dict[str, str], ex
     return res
 
 
-def _commands(runbook: Path, overrides: dict[str, str]) -> dict[str, Any]:
-    try:
-        from runbook.loader import load_runbook
-
-        rb = load_runbook(runbook, overrides).runbook
-    except Exception as exc:  # the report must still be written
-        return {"error": f"{type(exc).__name__}: {exc}"}
-    return {s.id: s.run if isinstance(s.run, str) else s.run for s in rb.steps if s.run}
+def _commands(state: Path) -> dict[str, Any]:
+    """The commands each step ran, interpolated, from the runbook's state."""
+    data = _load(state)
+    steps = data.get("steps") if isinstance(data, dict) else None
+    if not isinstance(steps, dict):
+        return {}
+    return {sid: rec.get("command") for sid, rec in steps.items() if rec.get("command")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -305,8 +304,6 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("report")
     s.add_argument("--work", type=Path, required=True)
     s.add_argument("--state", type=Path, required=True, help="eagle-tui status --json output")
-    s.add_argument("--runbook", type=Path, default=REPO / "runbooks" / "gpu-sglang-check.yaml")
-    s.add_argument("--set", action="append", default=[], help="the runbook's --set overrides")
     s.add_argument("--extra", type=Path, help="JSON merged into the report (staging facts)")
     s.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
@@ -332,9 +329,8 @@ def main(argv: list[str] | None = None) -> int:
             a.target, a.drafter, a.prompts, a.max_new_tokens, a.steps, a.device, a.dtype
         )
     else:
-        overrides = dict(x.split("=", 1) for x in a.set)
         extra = _load(a.extra) if a.extra else {}
-        r = report(a.work, a.state, a.runbook, overrides, extra if isinstance(extra, dict) else {})
+        r = report(a.work, a.state, extra if isinstance(extra, dict) else {})
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(r, indent=1, default=str) + "\n")
     print(
