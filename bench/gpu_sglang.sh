@@ -7,12 +7,15 @@
 # accept vs the reference decoder, revert + byte check. -> $OUT/sglang-real.json + logs.
 #   run: carry [".whl"], command: bash bench/gpu_sglang.sh          (SIZES=quick for a smoke run)
 #
-# STAGE (the integrator puts these in .whl/sgl/, one carry):
+# STAGE (the integrator puts these in .whl/sgl/, one carry), either
+#   .whl/sgl/site.tar.xz         bench/stage_sglang.sh: sglang 0.5.14, its slim kernel, the serving
+#                                stack and eagle-tui's deps (textual, rich, asyncssh, pyyaml, ...),
+#                                unpacked into /tmp/site at the END of sys.path (image packages win)
+# or the older layout (put FIRST on sys.path):
 #   .whl/sgl/sglang-0.5.14-cp311-cp311-manylinux_2_34_x86_64.whl   (unzipped, py3.12 is fine)
 #   .whl/sgl/sgl_kernel.tgz      sglang-kernel 0.4.4 without flash_ops.abi3.so and sm100/
-#   .whl/sgl/wheels/*.whl        SGLang's pure-python deps (see ../shared/reference/sglang-on-gpu-
-#                                machine.md) and eagle-tui's for the headless runbook engine:
-#                                rich markdown-it-py mdurl pygments (pydantic, pyyaml: already)
+#   .whl/sgl/wheels/*.whl        SGLang's pure-python deps and eagle-tui's for the headless runbook
+#                                engine: rich markdown-it-py mdurl pygments (pydantic, pyyaml)
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
@@ -30,12 +33,19 @@ stage_start staging
 rm -rf $S /tmp/stubs $WORK $STATE; mkdir -p $S /tmp/stubs /tmp/bin
 ln -sf "$(command -v python3)" /tmp/bin/python  # runbook steps say `python`
 export PATH=/tmp/bin:$PATH
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $S $W/wheels/*.whl \
-  > $OUT/staging.log 2>&1; echo "pip rc=$?" >> $OUT/staging.log
-python3 -c "import zipfile,glob; zipfile.ZipFile(glob.glob('$W/sglang-0.5.14-*.whl')[0]).extractall('$S')"
-tar xzf $W/sgl_kernel.tgz -C $S
+if [ -f $W/site.tar.xz ]; then
+  tar xJf $W/site.tar.xz -C $S; FIRST=""; echo "staged site.tar.xz" > $OUT/staging.log
+else
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $S $W/wheels/*.whl \
+    > $OUT/staging.log 2>&1; echo "pip rc=$?" >> $OUT/staging.log
+  python3 -c "import zipfile,glob; zipfile.ZipFile(glob.glob('$W/sglang-0.5.14-*.whl')[0]).extractall('$S')"
+  tar xzf $W/sgl_kernel.tgz -C $S; FIRST=$S:
+fi
 # transformers 5.17 (the image's) already registers configs sglang 0.5.14 (pinned 5.8.1) registers again
 cat > /tmp/stubs/sitecustomize.py <<'PYX'
+import sys
+if "/tmp/site" not in sys.path:  # at the end: what the image has wins (site.tar.xz layout)
+    sys.path.append("/tmp/site")
 try:
     from transformers.models.auto import configuration_auto as _ca
     _orig = _ca._LazyConfigMapping.register
@@ -55,7 +65,7 @@ try:
 except Exception as e:
     print("sitecustomize:", e)
 PYX
-export PYTHONPATH=$S:/tmp/stubs:$PWD
+export PYTHONPATH=${FIRST}/tmp/stubs:$PWD
 STUBS=""
 for i in $(seq 30); do  # optional modules not carried are stubbed and listed in the results
   err=$(python3 -c "import sglang.srt.models.deepseek_v2, sglang.srt.entrypoints.http_server, sglang.srt.models.llama_eagle3" 2>&1 | grep -oE "No module named '[^']+'" | head -1 | sed "s/No module named '//; s/'//")
@@ -82,6 +92,16 @@ else
   RBRC=125; echo "eagle-tui does not import (deps not staged?): see engine-import.log" > $OUT/runbook.log
 fi
 echo "runbook rc=$RBRC"; tail -30 $OUT/runbook.log
+if [ $ENGINE -eq 0 ] && [ $RBRC -ne 0 ]; then
+  # the engine stops at the first step that fails: run each step not yet tried on its own, so
+  # whatever does not depend on the failure still runs (the engine still enforces `requires`)
+  python3 -m eagle_tui.cli status --state-dir $STATE --json > $OUT/state-first.json 2>/dev/null
+  for sid in $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' '.join(k for k,v in d['steps'].items() if v['status'] in ('pending','blocked')))" $OUT/state-first.json); do
+    echo "== --only $sid" >> $OUT/runbook.log
+    setsid python3 -m eagle_tui.cli run runbooks/gpu-sglang-check.yaml --auto --yes --quiet \
+      --state-dir $STATE --only $sid "${SETS[@]}" >> $OUT/runbook.log 2>&1
+  done
+fi
 stage_end runbook
 python3 -m eagle_tui.cli status --state-dir $STATE --json > $OUT/state.json 2> $OUT/state.err
 
