@@ -363,7 +363,7 @@ class Eagle3Drafter(nn.Module):
                 from torch.utils.checkpoint import checkpoint as ckpt
 
                 out, kk, vv = ckpt(
-                    self._step, hidden, ids_k, pos_k + k, attention, k0, v0, ks, vs,
+                    self._step, hidden, ids_k, pos_k + k, attention, k0, v0, tuple(ks), tuple(vs),
                     use_reentrant=False,
                 )  # fmt: skip
             else:
