@@ -143,9 +143,7 @@ def train(cfg: Config) -> dict[str, Any]:
     pin = cfg.data.pin_memory and device.type == "cuda"
     loader = Loader(plan, d.rank, res.epoch, res.step, epochs, prefetch=cfg.data.prefetch, pin=pin)
     window = Window(step_w, depth)
-    progress = Progress("train", total_steps, "step") if d.main else None
-    if progress is not None:
-        progress.done = global_step
+    progress = Progress("train", total_steps, "step", start=global_step) if d.main else None
     last_rec: dict[str, Any] = {}
     stopped, t_window, wait_mark, epoch, tokens_seen = False, time.perf_counter(), 0.0, res.epoch, 0
     try:
