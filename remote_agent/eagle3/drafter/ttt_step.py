@@ -138,6 +138,17 @@ class StepOut:
     plan: RowPlan
 
 
+def chain_starts(st, loss_mask: torch.Tensor, depth: int) -> torch.Tensor:
+    """[L] bool: positions where a simulated chain of `depth` drafts starts on a supervised
+    token and stays inside its document (what the simulated acceptance counts)."""
+    n = loss_mask.shape[1]
+    valid = torch.zeros(n, dtype=torch.bool, device=loss_mask.device)
+    if depth:
+        m = max(n - depth, 0)
+        valid[:m] = st.valid[depth - 1][0, :m] & loss_mask[0, 2 : 2 + m]
+    return valid
+
+
 def forward_backward(c: StepContext, b, step: int) -> StepOut:
     """Teacher, TTT unroll, per-step soft CE normalised by valid tokens, backward."""
     tc, n = c.tc, b.input_ids.shape[1]
@@ -151,10 +162,7 @@ def forward_backward(c: StepContext, b, step: int) -> StepOut:
         weights.append(w[: n - 1 - k].float())
     counts = c.dist.all_reduce_sum(torch.stack([w.sum() for w in weights]))
     depth = min(chain_depth(tc.sim_steps, tc.sim_topk, tc.sim_draft_tokens), c.steps)
-    sim_valid = torch.zeros(n, dtype=torch.bool, device=b.input_ids.device)
-    if depth:  # chains of `depth` drafts inside the document, starting on a supervised token
-        m = max(n - depth, 0)
-        sim_valid[:m] = st.valid[depth - 1][0, :m] & b.loss_mask[0, 2 : 2 + m]
+    sim_valid = chain_starts(st, b.loss_mask, depth)
     plan = RowPlan.build(weights, sim_valid, depth, tc.skip_idle_rows)
     aux = b.aux if c.bf16 else b.aux.float()
     if tc.noise_std > 0:  # relative to each token's RMS; seeded by (seed, step, rank)
