@@ -614,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
 def print_summary(r: dict) -> None:
     e = r.get("equal_work_4k", {})
     sf = e.get("specforge", {})
-    for side in ("ours", "ours_lean"):
+    for side in ("ours", "ours_lean") if e else ():
         o = e.get(side, {})
         ratio = e.get(f"{side}_vs_specforge", {})
         print(
