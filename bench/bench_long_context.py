@@ -5,8 +5,9 @@ Issue 17. The Kimi-K2.5-shaped drafter of bench_train / bench_specforge (Llama d
 TTT 7), synthetic hidden states made on the GPU (one document, every position supervised, every
 teacher argmax drafted), each trainer's full step (teacher, TTT unroll, loss, backward, clip,
 optimizer). Each part runs in child processes, so compile caches and peak-memory counters do
-not mix. Parts, in this order (a time budget, `--budget-s`, bounds the whole run; what it cuts
-is recorded):
+not mix. Parts (run in the order equal, max_seq, accept; a time budget, `--budget-s`, bounds the whole
+run and keeps `--accept-reserve-s` for the last part; a worker past its share is killed and its
+finished trials kept; `--part` runs some parts and updates an existing result file):
 
   equal_work_4k       one 4,096-token sequence: tokens/s and peak memory of ours (defaults),
                       ours_lean (checkpoint_ttt_steps + loss_recompute) and SpecForge.
@@ -56,8 +57,9 @@ from machine_info import describe, save_result  # noqa: E402
 
 H200_PEAK = 790e12
 K = 1024
-OURS_LADDER = [16 * K, 32 * K, 64 * K, 96 * K, 128 * K, 192 * K, 256 * K]
-SF_LADDER = [8 * K, 16 * K, 32 * K, 48 * K, 64 * K, 96 * K, 128 * K]
+# doubling ladders (bisection refines between the last success and the first failure)
+OURS_LADDER = [16 * K, 32 * K, 64 * K, 128 * K, 256 * K]
+SF_LADDER = [16 * K, 32 * K, 64 * K, 128 * K]
 TINY_OURS_LADDER = [512, 1024, 2048]
 TINY_SF_LADDER = [256, 512, 1024]
 
@@ -216,13 +218,23 @@ def worker_ladder(args) -> dict:
                 seconds=round(time.perf_counter() - t0, 1),
             )
             trials.append(rec)
+            _write_partial(args, {"side": args.side, "trials": trials, "partial": True})
             break
         finally:
             b = None
             if device == "cuda":
                 torch.cuda.empty_cache()
         trials.append(rec)
+        _write_partial(args, {"side": args.side, "trials": trials, "partial": True})
     return {"side": args.side, "trials": trials}
+
+
+def _write_partial(args, res: dict) -> None:
+    """After every trial: a worker killed by the time budget still leaves what it measured."""
+    out = Path(args.work) / f"{args.worker}.json"
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(res, indent=1, default=str))
+    os.replace(tmp, out)
 
 
 # -- acceptance by context position ----------------------------------------------------------
@@ -421,7 +433,10 @@ def run_worker(args, role: str, extra: list[str], timeout: float) -> dict:
             cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=max(timeout, 30)
         )
     except subprocess.TimeoutExpired:
-        return {"error": f"worker {role} ran past {timeout:.0f} s (time budget)"}
+        killed = f"worker {role} killed after {timeout:.0f} s (time budget)"
+        if out.exists():  # the trials it finished
+            return {**json.loads(out.read_text()), "killed": killed}
+        return {"error": killed}
     if proc.returncode or not out.exists():
         return {"error": (proc.stderr or "")[-3000:] or f"exit {proc.returncode}"}
     res = json.loads(out.read_text())
@@ -430,16 +445,23 @@ def run_worker(args, role: str, extra: list[str], timeout: float) -> dict:
 
 
 class Budget:
-    def __init__(self, seconds: float) -> None:
-        self.end = time.time() + seconds
+    """The run's wall clock; `reserve` seconds are kept for the acceptance part (run last)."""
+
+    def __init__(self, seconds: float, reserve: float = 0) -> None:
+        self.start = time.time()
+        self.end = self.start + seconds
+        self.reserve = reserve
 
     def left(self) -> float:
-        return self.end - time.time()
+        return self.end - time.time() - self.reserve
 
 
-def ladder(args, budget: Budget, side: str, seqs: list[int], timed: int, warmup: int, share: float):
+def ladder(
+    args, budget: Budget, side: str, seqs: list[int], timed: int, warmup: int, share: float,
+    cap: float = 1e9,
+):  # fmt: skip
     """A ladder worker with a share of the remaining time; killed (recorded) if it overruns."""
-    allowed = budget.left() * share
+    allowed = min(budget.left() * share, cap)
     extra = [
         "--side", side, "--seqs", ",".join(map(str, seqs)), "--timed", str(timed),
         "--warmup", str(warmup), "--worker-budget-s", str(max(allowed - 45, 10)),
@@ -495,12 +517,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=("cuda", "cpu"))
     p.add_argument("--tiny", action="store_true", help="tiny shapes and lengths (CPU rehearsal)")
-    p.add_argument("--budget-s", type=float, default=450, help="wall-clock budget of the run")
+    p.add_argument("--budget-s", type=float, default=470, help="wall-clock budget of the run")
+    p.add_argument(
+        "--accept-reserve-s", type=float, default=130, help="of it, kept for the acceptance part"
+    )
     p.add_argument("--part", action="append", choices=("equal", "accept", "maxseq"))
     p.add_argument("--wheel", type=Path, default=REPO / ".whl" / "specforge-0.2.0-py3-none-any.whl")
     p.add_argument("--ttt", type=int, default=7)
-    p.add_argument("--epochs", type=int, default=3, help="acceptance part: drafter epochs")
-    p.add_argument("--target-steps", type=int, default=300, help="acceptance part: tiny target")
+    p.add_argument("--epochs", type=int, default=2, help="acceptance part: drafter epochs")
+    p.add_argument("--target-steps", type=int, default=200, help="acceptance part: tiny target")
     p.add_argument(
         "--bisect", type=int, default=2, help="bisection trials per side after the ladder"
     )
@@ -528,10 +553,10 @@ def main(argv: list[str] | None = None) -> int:
         (Path(args.work) / f"{args.worker}.json").write_text(json.dumps(res, indent=1, default=str))
         return 0
 
-    parts = args.part or ["equal", "accept", "maxseq"]
+    parts = args.part or ["equal", "maxseq", "accept"]
     args.work = args.work or Path(tempfile.mkdtemp(prefix="bench-long-context-"))
     args.work.mkdir(parents=True, exist_ok=True)
-    budget = Budget(args.budget_s)
+    budget = Budget(args.budget_s, args.accept_reserve_s if "accept" in parts else 0)
     import transformers
 
     sf_ok = Path(args.wheel).exists()
@@ -548,11 +573,11 @@ def main(argv: list[str] | None = None) -> int:
         "budget_s": args.budget_s,
     }
     seq4 = 256 if args.tiny else 4096
-    timed4 = 3 if args.tiny else 5
+    timed4 = 3
     if "equal" in parts:
         eq = {}
         for side in ("ours", "ours_lean") + (("specforge",) if sf_ok else ()):
-            eq[side] = ladder(args, budget, side, [seq4], timed4, 2, 0.3)
+            eq[side] = ladder(args, budget, side, [seq4], timed4, 2, 1.0, cap=150)
         report["equal_work_4k"] = {side: summary_side(tr) for side, tr in eq.items()}
         if not sf_ok:
             report["equal_work_4k"]["specforge"] = {"error": report["specforge_wheel"]}
@@ -567,9 +592,6 @@ def main(argv: list[str] | None = None) -> int:
                     else None,
                 }
         report["equal_work_4k"]["seq"] = seq4
-    if "accept" in parts:
-        acc = run_worker(args, "accept", [], budget.left() * 0.4)
-        report["accept_by_position"] = acc
     if "maxseq" in parts:
         ours_l = TINY_OURS_LADDER if args.tiny else OURS_LADDER
         sf_l = TINY_SF_LADDER if args.tiny else SF_LADDER
@@ -604,7 +626,13 @@ def main(argv: list[str] | None = None) -> int:
                 if t.get("ok")
                 else {"seq": seq, "error": t.get("error", "not reached")}
             )
-    report["elapsed_s"] = round(args.budget_s - budget.left(), 1)
+    if "accept" in parts:
+        budget.reserve = 0
+        report["accept_by_position"] = run_worker(args, "accept", [], budget.left())
+    report["elapsed_s"] = round(time.time() - budget.start, 1)
+    if args.part and args.out.exists():  # a run of some parts updates the others' result
+        old = json.loads(args.out.read_text())
+        report = {**old, **report}
     save_result(args.out, report)
     print(json.dumps(report, indent=1, default=str)[:5000])
     print_summary(report)
