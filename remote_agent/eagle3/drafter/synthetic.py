@@ -67,9 +67,7 @@ def text_config(model) -> Any:
     return getattr(c, "text_config", None) or c
 
 
-def prompts_from_stdlib(
-    tok, n: int, prompt_tokens: int | list[int], seed: int
-) -> list[list[int]]:
+def prompts_from_stdlib(tok, n: int, prompt_tokens: int | list[int], seed: int) -> list[list[int]]:
     """n chat-templated user turns, each a random window of stdlib source (generation prompt on);
     prompt_tokens: one cap for all, or one per prompt (long prompts take longer windows)."""
     from remote_agent.eagle3.tiny import stdlib_corpus
