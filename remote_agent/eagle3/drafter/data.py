@@ -223,6 +223,20 @@ class Plan:
         return len(self.epoch_batches(epoch)) // self.world
 
 
+LONG_PAD = 2048  # a long sample's step is padded to a multiple of this (few distinct shapes)
+
+
+def batch_length(max_tokens: int, parts) -> int:
+    """Positions of a batch: the budget, or a long sample alone padded up to a multiple of
+    min(LONG_PAD, budget), so compiled kernels (flex attention) meet a handful of shapes, not
+    one per sample."""
+    n = sum(p[0].numel() for p in parts)
+    if n <= max_tokens:
+        return max_tokens
+    pad = min(LONG_PAD, max_tokens)
+    return -(-n // pad) * pad
+
+
 class Loader:
     """Iterates this rank's batches from `(epoch, step)` on, prepared by one background thread."""
 
@@ -295,8 +309,7 @@ class Loader:
             mask = torch.tensor(rec.loss_mask[:n], dtype=torch.bool)
             parts.append((dump_ids[:n], got["aux"][:n], got["final"][:n], mask))
             sample_ids.append(sid)
-        length = max(plan.max_tokens, sum(p[0].numel() for p in parts))  # a long sample alone
-        return packed_batch(parts, length, sample_ids, self.pin)
+        return packed_batch(parts, batch_length(plan.max_tokens, parts), sample_ids, self.pin)
 
     def __iter__(self):
         return self

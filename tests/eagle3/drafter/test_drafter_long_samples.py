@@ -11,7 +11,7 @@ import torch
 
 from remote_agent.eagle3.dense import DumpReader
 from remote_agent.eagle3.drafter import config as config_mod
-from remote_agent.eagle3.drafter.data import Loader, Plan
+from remote_agent.eagle3.drafter.data import LONG_PAD, Loader, Plan, batch_length
 from remote_agent.eagle3.drafter.train import train
 
 
@@ -43,11 +43,24 @@ def test_long_samples_alone_at_full_length_short_ones_packed(tiny_inputs):
         if batch.tokens > budget:
             seen_long += 1
             (sid,) = batch.sample_ids
-            assert batch.input_ids.shape == (1, batch.tokens)  # its own length, no padding
-            torch.testing.assert_close(batch.aux[0], reader.get(sid)["aux"].to(torch.bfloat16))
+            # its own length, padded to a multiple of LONG_PAD (a few compiled shapes)
+            pad = min(LONG_PAD, budget)
+            assert batch.input_ids.shape == (1, -(-batch.tokens // pad) * pad)
+            assert int(batch.loss_mask[0, batch.tokens :].sum()) == 0
+            got = batch.aux[0, : batch.tokens]
+            torch.testing.assert_close(got, reader.get(sid)["aux"].to(torch.bfloat16))
         else:
             assert batch.input_ids.shape == (1, budget)
     assert seen_long == sum(n > budget for n in lengths) > 0
+
+
+def test_long_batches_pad_to_few_shapes():
+    one = lambda n: [(torch.zeros(n),)]  # noqa: E731
+    assert batch_length(4096, one(100)) == 4096
+    assert batch_length(4096, one(4097)) == LONG_PAD * (-(-4097 // LONG_PAD))
+    assert batch_length(100, one(101)) == 200  # a small budget pads to its own multiple
+    shapes = {batch_length(4096, one(n)) for n in range(4097, 65537, 97)}
+    assert len(shapes) <= 65536 // LONG_PAD and all(s % LONG_PAD == 0 for s in shapes)
 
 
 def test_trainer_takes_long_samples_and_reports_progress(
