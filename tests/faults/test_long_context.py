@@ -123,3 +123,27 @@ def test_bad_long_context_settings_are_one_located_line(tmp_path, tally, section
     held = p.returncode == 2 and len(lines) == 1 and f"{section}.{key}" in lines[0]
     tally.trial("long context: bad setting is one located line, exit 2", held)
     assert held, (p.returncode, p.stderr)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_long_samples_are_alone_whole_and_short_ones_packed(seed, tally):
+    """Random length mixes: every sample in exactly one step; a sample over the budget is alone
+    in a step long enough for all of it; the others share steps within the budget."""
+    from remote_agent.eagle3.drafter.data import batch_length, first_fit
+
+    rng = random.Random(seed)
+    budget = rng.choice([64, 256, 4096])
+    lengths = [
+        rng.randint(3, budget) if rng.random() < 0.7 else rng.randint(budget + 1, budget * 9)
+        for _ in range(rng.randint(1, 200))
+    ]
+    bins = first_fit(lengths, budget, window=rng.choice([1, 8, 64]))
+    seen = sorted(i for b in bins for i in b)
+    held = seen == list(range(len(lengths)))
+    for b in bins:
+        sizes = [lengths[i] for i in b]
+        n = batch_length(budget, [(torch.zeros(s),) for s in sizes])
+        held &= n >= sum(sizes)
+        held &= (len(b) == 1) if max(sizes) > budget else (sum(sizes) <= budget and n == budget)
+    tally.trial("long context: long samples alone and whole, short ones packed", held)
+    assert held
