@@ -132,12 +132,16 @@ def make_side(side: str, args, device: str):
     import torch
 
     ns = shape_args(args)
+    lean = side == "ours_lean"
+    if lean:
+        ns.no_compile = True  # compiled below as the trainer does under checkpointing
     drafter, ctx, params, opt, config, _backend = bench_train.build(ns, device)
     if side.startswith("ours"):
-        from remote_agent.eagle3.drafter.train import forward_backward
+        from remote_agent.eagle3.drafter.train import compile_layer, forward_backward
 
-        lean = side == "ours_lean"
         ctx.model.checkpoint_steps = ctx.model.loss_recompute = lean
+        if lean and device == "cuda":
+            compile_layer(drafter, checkpointed=True)
 
         def one(b, i):
             forward_backward(ctx, b, i)

@@ -53,6 +53,15 @@ def cpu_threads() -> None:
         torch.set_num_threads(1)
 
 
+def compile_layer(drafter: Eagle3Drafter, checkpointed: bool) -> None:
+    """torch.compile the layer halves. Under per-step checkpointing the recompute must meet the
+    graph the forward used: with one dynamic-shape graph from the start, a static graph (first
+    shape) and a later dynamic one can never be picked differently (pytorch issue 166926)."""
+    dynamic = True if checkpointed else None
+    drafter.midlayer.pre = torch.compile(drafter.midlayer.pre, dynamic=dynamic)
+    drafter.midlayer.post = torch.compile(drafter.midlayer.post, dynamic=dynamic)
+
+
 def lr_lambda(total: int, warmup: int, min_ratio: float):
     """Linear warmup to 1, then cosine down to min_ratio at `total` steps."""
 
@@ -115,8 +124,7 @@ def train(cfg: Config) -> dict[str, Any]:
         drafter, tc.ttt_steps, tc.loss_chunk, tc.checkpoint_ttt_steps, tc.loss_recompute
     )
     if device.type == "cuda" and tc.compile:
-        drafter.midlayer.pre = torch.compile(drafter.midlayer.pre)
-        drafter.midlayer.post = torch.compile(drafter.midlayer.post)
+        compile_layer(drafter, tc.checkpoint_ttt_steps)
     model = wrap(step_module, d, tc.parallel, bf16)
     params = [p for p in model.parameters() if p.requires_grad]
     opt, sched = _optimizer(params, tc, total_steps, device)
