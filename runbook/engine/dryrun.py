@@ -27,6 +27,8 @@ class DryRunMixin(EngineCore):
         blocked = False
         for sid in plan.ordered_steps(self.rb):
             step = self.rb.step(sid)
+            if step.hosts is not None:  # its children are evaluated, each on its own host
+                continue
             host = self.host_of(step)
             what = (
                 step.run
