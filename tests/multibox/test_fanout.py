@@ -1,0 +1,126 @@
+"""Fan-out through the real CLI and the real local agent: `local` and `localhost-agent` are two
+host names (two sessions, two agents) on this machine, enough to check the engine's side:
+one job per host with its rank, the step done only when all are, per-host records and logs,
+located load errors. The two-box runs over real sshd in network namespaces are in
+test_two_hosts.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.runbook.conftest import Cli
+
+HOSTS = "[local, localhost-agent]"
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Cli:
+    return Cli(tmp_path)
+
+
+def _rb(cli: Cli, fail_rank: int = -1) -> Path:
+    return cli.runbook(f"""\
+        name: fan
+        steps:
+          - id: hello
+            title: one job per host
+            hosts: {HOSTS}
+            run: >-
+              echo rank ${{host_rank}} of ${{host_count}} on ${{host}};
+              test ${{host_rank}} != {fail_rank}
+          - id: after
+            title: needs every host
+            requires: [hello]
+            run: echo after
+        """)
+
+
+def test_one_job_per_host_with_its_rank(cli):
+    out = cli("run", str(_rb(cli)), "--auto", check=0)
+    steps = cli.state_json()["steps"]
+    assert {k: v["status"] for k, v in steps.items()} == {
+        "hello": "succeeded",
+        "hello.local": "succeeded",
+        "hello.localhost-agent": "succeeded",
+        "after": "succeeded",
+    }
+    for rank, host in enumerate(["local", "localhost-agent"]):
+        rec = steps[f"hello.{host}"]
+        assert rec["host"] == host
+        assert Path(rec["log_file"]).read_text() == f"rank {rank} of 2 on {host}\n"
+        # headless: each host's lines under its own prefix
+        assert f"hello.{host} │ rank {rank} of 2 on {host}" in out.stdout
+    audit = cli.audit()
+    final = [r for r in audit if r.get("step") == "hello" and r.get("status") == "succeeded"]
+    assert [h["host"] for h in final[-1]["hosts"]] == ["local", "localhost-agent"]
+    assert [h["rank"] for h in final[-1]["hosts"]] == [0, 1]
+    for host in ("local", "localhost-agent"):
+        recs = [r for r in audit if r.get("step") == f"hello.{host}"]
+        assert recs and all(r["where"]["host"] == host for r in recs)
+
+
+def test_the_step_fails_when_one_host_fails(cli):
+    out = cli("run", str(_rb(cli, fail_rank=1)), "--auto")
+    assert out.returncode == 1, out.stdout
+    steps = cli.state_json()["steps"]
+    assert steps["hello.local"]["status"] == "succeeded"
+    assert steps["hello.localhost-agent"]["status"] == "failed"
+    assert steps["hello"]["status"] == "failed"
+    assert "localhost-agent did not succeed" in steps["hello"]["message"]
+    assert steps["after"]["status"] == "pending"  # never ran
+    # a re-run relaunches only the host that failed (the other stays done)
+    cli.runbook(_rb(cli).read_text().replace("!= 1", "!= -1"))
+    cli("run", str(_rb(cli)), "--auto", check=0)
+    steps = cli.state_json()["steps"]
+    assert steps["hello.local"]["attempt"] == 1
+    assert steps["hello.localhost-agent"]["attempt"] == 2
+    assert steps["after"]["status"] == "succeeded"
+
+
+@pytest.mark.parametrize(
+    ("body", "where", "message"),
+    [
+        ("    host: local\n    hosts: [a, b]\n", "steps[0]", "not both"),
+        ("    hosts: [a, a]\n", "steps[0]", "more than once"),
+        ("    hosts: []\n", "steps[0].hosts", "at least one host"),
+        ("    hosts: [user@a]\n", "steps[0]", "cannot name a fan-out job"),
+        ("    hosts: {a: 1}\n", "steps[0].hosts", "list of host names"),
+        (
+            "    hosts: [a]\n    destructive: true\n    confirm: sure?\n",
+            "steps[0].hosts",
+            "runs on one box",
+        ),
+        ("    hosts: [a]\n    fanout_of: x\n", "steps[0].fanout_of", "set by the loader"),
+    ],
+)
+def test_bad_fanouts_are_located(cli, body, where, message):
+    rb = cli.runbook("name: bad\nsteps:\n  - id: s\n    title: t\n    run: echo hi\n" + body)
+    out = cli("validate", str(rb))
+    assert out.returncode == 2, out.stdout + out.stderr
+    text = out.stdout + out.stderr
+    line = next(ln for ln in text.splitlines() if message in ln)
+    assert f"{rb}:" in line and f": {where}" in line, line
+
+
+def test_host_vars_only_in_a_fanout(cli):
+    rb = cli.runbook("name: bad\nsteps:\n  - id: s\n    title: t\n    run: echo ${host_rank}\n")
+    out = cli("validate", str(rb))
+    assert out.returncode == 2
+    assert f"{rb}:5:" in out.stdout + out.stderr and "host_rank" in out.stdout + out.stderr
+
+
+def test_hosts_from_a_variable(cli):
+    rb = cli.runbook("""\
+        name: fan
+        vars: {boxes: "local,localhost-agent"}
+        steps:
+          - id: s
+            title: t
+            hosts: ${boxes}
+            run: echo ${host}
+        """)
+    cli("run", str(rb), "--auto", check=0)
+    steps = cli.state_json()["steps"]
+    assert steps["s.localhost-agent"]["status"] == "succeeded"
