@@ -1,0 +1,8 @@
+"""Multi-host tests: the extraction test helpers (write_dataset) from tests/eagle3/extraction."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "eagle3" / "extraction"))
