@@ -23,8 +23,15 @@ def child_id(step_id: str, host: str) -> str:
     return f"{step_id}{CHILD_SEP}{host}"
 
 
-def host_values(host: str, rank: int, count: int) -> dict[str, str]:
-    return {"host": host, "host_rank": str(rank), "host_count": str(count)}
+def host_values(host: str, rank: int, count: int, hosts: Any = None) -> dict[str, str]:
+    """The variables of host's child: the host's own `vars:` (from the runbook's `hosts:`
+    mapping), then `${host}`, `${host_rank}`, `${host_count}`."""
+    from runbook.interpolate import as_text
+
+    config = hosts.get(host) if isinstance(hosts, dict) else None
+    own = config.get("vars") if isinstance(config, dict) else None
+    out = {k: as_text(v) for k, v in own.items()} if isinstance(own, dict) else {}
+    return out | {"host": host, "host_rank": str(rank), "host_count": str(count)}
 
 
 def parse_hosts(value: Any) -> list[str] | None:
@@ -52,6 +59,7 @@ def expand(
     interpolate: Callable[[Any, tuple[str | int, ...], dict[str, str]], Any],
     validate_step: Callable[[Any, tuple[str | int, ...]], Any],
     problem: Callable[[tuple[str | int, ...], str], None],
+    hosts: Any = None,
 ) -> Any:
     """The runbook with every fan-out step followed by its children. `interpolate(data, path,
     extra_values)` and `validate_step(data, path)` report their problems located at `path`."""
@@ -94,7 +102,9 @@ def expand(
                     f"step id {cid!r} is taken by the fan-out of {step.id!r} on {host!r}; rename it",
                 )
                 continue
-            data = interpolate(copy.deepcopy(raw[i]), ("steps", i), host_values(host, rank, n))
+            data = interpolate(
+                copy.deepcopy(raw[i]), ("steps", i), host_values(host, rank, n, hosts)
+            )
             data["hosts"] = None
             data["host"] = host
             child = validate_step(data, ("steps", i))

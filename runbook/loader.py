@@ -281,7 +281,7 @@ def load_text(
         ) | {"steps": steps}
         if isinstance(steps, list):
             body["steps"] = [
-                _interpolate_step(s, i, values, raw_secrets, problems, i in fan_raw)
+                _interpolate_step(s, i, values, raw_secrets, problems, i in fan_raw, body)
                 for i, s in enumerate(steps)
             ]
     if problems.items:
@@ -320,6 +320,7 @@ def _interpolate_step(
     secrets: Mapping[str, Any],
     problems: _Problems,
     fanout: bool,
+    body: dict[str, Any],
 ) -> Any:
     """A step's fields; a fan-out step is checked as its first host's child would be (the
     children are interpolated per host after validation) and its `hosts:` resolved first."""
@@ -340,7 +341,7 @@ def _interpolate_step(
     if not hosts:
         problems.add(path + ("hosts",), "`hosts:` needs at least one host")
         return step
-    first = {**values, **fanout_expand.host_values(hosts[0], 0, len(hosts))}
+    first = {**values, **fanout_expand.host_values(hosts[0], 0, len(hosts), body.get("hosts"))}
     out = _interpolate_tree(
         {k: v for k, v in step.items() if k != "hosts"}, path, first, secrets, problems
     )
@@ -370,7 +371,9 @@ def _expand_fanouts(
                 problems.add(path + sub, _friendly(err, body, path + sub))
             return None
 
-    return fanout_expand.expand(rb, raw, interpolate, validate, lambda p, m: problems.add(p, m))
+    return fanout_expand.expand(
+        rb, raw, interpolate, validate, lambda p, m: problems.add(p, m), body.get("hosts")
+    )
 
 
 def _cross_checks(rb: Runbook, problems: _Problems) -> None:

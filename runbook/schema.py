@@ -341,6 +341,16 @@ class HostConfig(_Strict):
     ssh: str  # [user@]host[:port] or an alias from ~/.ssh/config
     python: str = "python3"  # e.g. the SGLang/training venv's python: jobs run with its PATH
     spool: str | None = None  # agent spool on the box (default ~/.eagle-tui/spool)
+    # this box's values of runbook variables in fan-out steps (e.g. its address, its NIC)
+    vars: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+    @field_validator("vars")
+    @classmethod
+    def _var_names(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for name in v:
+            if name in ("host", "host_rank", "host_count") or not ENV_NAME_RE.match(name):
+                raise ValueError(f"{name!r} cannot be a host variable")
+        return v
 
 
 VarValue = str | int | float | bool

@@ -124,3 +124,29 @@ def test_hosts_from_a_variable(cli):
     cli("run", str(rb), "--auto", check=0)
     steps = cli.state_json()["steps"]
     assert steps["s.localhost-agent"]["status"] == "succeeded"
+
+
+def test_host_vars_give_each_box_its_values():
+    from runbook.loader import load_text
+
+    text = """\
+name: fan
+vars: {nic: eth0}
+hosts:
+  a: {ssh: box-a, vars: {addr: 198.18.0.1, nic: ib0}}
+  b: {ssh: box-b, vars: {addr: 198.18.0.5}}
+steps:
+  - id: s
+    title: t
+    hosts: [a, b]
+    run: echo ${host_rank}/${host_count} ${addr} ${nic}
+"""
+    rb = load_text(text, "rb.yaml").runbook
+    assert [s.id for s in rb.steps] == ["s", "s.a", "s.b"]
+    assert rb.step("s.a").run == "echo 0/2 198.18.0.1 ib0"
+    assert rb.step("s.b").run == "echo 1/2 198.18.0.5 eth0"  # the runbook's value otherwise
+    assert (rb.step("s.b").host, rb.step("s.b").fanout_of, rb.step("s.b").host_rank) == (
+        "b",
+        "s",
+        1,
+    )
