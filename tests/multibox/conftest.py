@@ -6,3 +6,21 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "eagle3" / "extraction"))
+
+import pytest  # noqa: E402
+
+from tests.faults.tally import TALLY, Tally, write_if_asked  # noqa: E402
+
+
+@pytest.fixture
+def tally() -> Tally:
+    """The fault suite's attack tally (tests/faults/tally.py): these trials count there too."""
+    return TALLY
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001
+    table = TALLY.table()
+    if table and not config.pluginmanager.hasplugin("tests.faults.conftest"):
+        terminalreporter.section("attack tally (class, trials, promise held)")
+        terminalreporter.write_line(table)
+        write_if_asked()

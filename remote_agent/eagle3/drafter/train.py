@@ -27,6 +27,7 @@ from remote_agent.eagle3.drafter.context import target_context_length
 from remote_agent.eagle3.drafter.data import Loader, Plan, load_vocab, step_targets
 from remote_agent.eagle3.drafter.loss import load_target_tensor, soft_ce, teacher
 from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
+from remote_agent.eagle3.drafter.multinode import check_shared_out
 from remote_agent.eagle3.drafter.simulate import chain_acceptance, chain_depth
 from remote_agent.eagle3.drafter.ttt_attention import TTTAttention, pick_backend
 from remote_agent.eagle3.errors import BadInput, Failed
@@ -300,6 +301,7 @@ def train(cfg: Config) -> dict[str, Any]:
             raise BadInput(f"train.resume: {resume_from} is not a checkpoint directory")
     elif tc.resume == "auto":
         resume_from = ckpt.latest(ckpt_dir)
+    check_shared_out(d, out_dir, resume_from)  # multi-node: one train.out for every rank
     if resume_from is not None:
         state = ckpt.load(resume_from)
         if state["model_config"] != drafter.config:
