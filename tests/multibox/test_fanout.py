@@ -150,3 +150,21 @@ steps:
         "s",
         1,
     )
+
+
+def test_the_two_box_runbook():
+    from runbook.loader import load_runbook
+
+    repo = Path(__file__).resolve().parents[2]
+    rb = load_runbook(repo / "runbooks" / "kimi-k25-eagle3-2box.yaml").runbook
+    for rank, host in enumerate(("gpu-a", "gpu-b")):
+        extract = rb.step(f"extract.{host}")
+        assert extract.host == host and f"--shard {rank}/2" in extract.run
+        server = rb.step(f"extraction-server.{host}")
+        assert f"printf 'shard-%02d-of-%02d' {rank} 2" in server.run and server.service
+        assert rb.step(f"stop-extraction-server.{host}").stop == f"extraction-server.{host}"
+        train = rb.step(f"train.{host}")
+        assert "--nnodes 2" in train.run and "--rdzv-backend c10d" in train.run
+        assert f"[ {rank} = 0 ]" in train.run and "--local-addr 10.0.0.1" in train.run
+        assert train.env["NCCL_SOCKET_IFNAME"] == "eth0"
+    assert rb.step("verify-dumps").hosts is None  # the union, checked once

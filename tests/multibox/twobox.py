@@ -125,8 +125,11 @@ def train_config(path: Path, inputs: dict, out: Path, save_every: int = 3) -> Pa
     return path
 
 
-def runbook(boxes: TwoBoxes, work: Path, inputs: dict, config: Path) -> str:
-    """The 2-host pipeline (the shape of runbooks/kimi-k25-eagle3-2box.yaml, demo-sized)."""
+def runbook(
+    boxes: TwoBoxes, work: Path, inputs: dict, config: Path, fan: str = "[box0, box1]"
+) -> str:
+    """The 2-host pipeline (the shape of runbooks/kimi-k25-eagle3-2box.yaml, demo-sized);
+    `fan` is the hosts its fan-out steps run on (`[box0]`: the same pipeline on one box)."""
     py = sys.executable
     hosts = "".join(
         f"  box{i}:\n    ssh: box{i}\n    python: {py}\n"
@@ -150,7 +153,7 @@ vars:
 steps:
   - id: extract
     title: Extract hidden states, one shard per box
-    hosts: [box0, box1]
+    hosts: {fan}
     detach: true
     idempotent: true
     retry: {{max: 2, on: [lost]}}
@@ -166,7 +169,7 @@ steps:
     run: python -m remote_agent.eagle3 verify-dumps ${{dumps}} --dataset ${{data}}
   - id: train
     title: Train the drafter with torchrun across both boxes
-    hosts: [box0, box1]
+    hosts: {fan}
     requires: [verify-dumps]
     detach: true
     env: {{GLOO_SOCKET_IFNAME: "${{nic}}", OMP_NUM_THREADS: "1"}}
