@@ -33,6 +33,7 @@ class TwoBoxes:
 
     @classmethod
     def start(cls, root: Path, tag: str) -> TwoBoxes:
+        root.mkdir(parents=True, exist_ok=True)
         lan = Lan(tag, 2).create()
         sshds: list[Sshd] = []
         try:
