@@ -62,6 +62,30 @@ class FanoutMixin(EngineCore):
         )
         return worst
 
+    # ---- operator actions on a fan-out step act on its hosts' jobs (runbook/engine/operator.py)
+    async def cancel(self, step_id: str, grace_s: float = 10.0) -> None:
+        step = self.rb.step(step_id)
+        if step.hosts is None:
+            return await super().cancel(step_id, grace_s)  # type: ignore[misc]
+        assert self.state
+        running = [
+            c.id
+            for c in self.fanout_children(step)
+            if self.state.steps[c.id].status == RUNNING and self.state.steps[c.id].job_id
+        ]
+        if not running:
+            raise ValueError(f"{step_id} has no job running on any host")
+        for cid in running:
+            await super().cancel(cid, grace_s)  # type: ignore[misc]
+
+    def reset(self, step_id: str) -> None:
+        super().reset(step_id)  # type: ignore[misc]
+        step = self.rb.step(step_id)
+        assert self.state
+        for c in self.fanout_children(step) if step.hosts is not None else ():
+            if self.state.steps[c.id].status not in (*DONE, RUNNING):
+                super().reset(c.id)  # type: ignore[misc]
+
     async def _run_child(self, child: Step) -> str:
         assert self.state
         if child.run is not None and self.state.steps[child.id].status not in DONE:
