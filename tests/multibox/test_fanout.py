@@ -168,3 +168,45 @@ def test_the_two_box_runbook():
         assert f"[ {rank} = 0 ]" in train.run and "--local-addr 10.0.0.1" in train.run
         assert train.env["NCCL_SOCKET_IFNAME"] == "eth0"
     assert rb.step("verify-dumps").hosts is None  # the union, checked once
+
+
+def test_cancel_and_reset_act_on_every_host(tmp_path, monkeypatch):
+    import asyncio
+
+    from runbook.engine import Engine, headless_confirmer
+    from runbook.loader import load_runbook
+    from runbook.transports.factory import make_transport_factory
+
+    monkeypatch.setenv("EAGLE_TUI_SPOOL", str(tmp_path / "spool"))
+    rb = tmp_path / "rb.yaml"
+    rb.write_text(
+        f"name: fan\nsteps:\n  - id: slow\n    title: t\n    hosts: {HOSTS}\n"
+        "    detach: true\n    run: echo up; sleep 60\n"
+    )
+    state = tmp_path / "state"
+    loaded = load_runbook(rb, state_dir=state)
+
+    async def main() -> dict:
+        engine = Engine(loaded, state, make_transport_factory(state), headless_confirmer((), ()))
+        await engine.open("r1")
+        try:
+            task = asyncio.ensure_future(engine.run_step("slow"))
+            recs = engine.state.steps
+            for _ in range(300):
+                if all(recs[f"slow.{h}"].status == "running" for h in ("local", "localhost-agent")):
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)
+            await engine.cancel("slow", grace_s=1.0)
+            status = await asyncio.wait_for(task, 30)
+            seen = {k: v.status for k, v in recs.items()}
+            engine.reset("slow")
+            return {"end": status, "seen": seen, "after": {k: v.status for k, v in recs.items()}}
+        finally:
+            await engine.close()
+
+    out = asyncio.run(main())
+    assert out["end"] == "cancelled", out
+    assert out["seen"] == {"slow": "cancelled", "slow.local": "cancelled",
+                           "slow.localhost-agent": "cancelled"}  # fmt: skip
+    assert set(out["after"].values()) == {"pending"}
