@@ -7,6 +7,7 @@ to the same training on one host with two ranks."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from tests.ssh.sshd import have_sshd
 
 pytestmark = [pytest.mark.sshd, pytest.mark.netns]
 torch = pytest.importorskip("torch")
+SAMPLES = 28
 TOLERANCE = 1e-5  # gloo all-reduce over 2 ranks sums in the same order on 1 host or 2
 
 
@@ -41,7 +43,7 @@ def inputs(tiny_target, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("twobox-inputs")
     torch.manual_seed(0)
     info = build_inputs(
-        tiny_target, out, n_samples=40, prompt_tokens=24, new_tokens=24, draft_vocab=128
+        tiny_target, out, n_samples=SAMPLES, prompt_tokens=24, new_tokens=24, draft_vocab=128
     )
     return {**info, "target": str(tiny_target)}
 
@@ -61,7 +63,7 @@ def test_two_box_pipeline_survives_a_lost_box(boxes, inputs, tmp_path, tally):
     work = tmp_path / "work"
     work.mkdir()
     run2 = work / "drafter-run"
-    config = train_config(tmp_path / "train.json", inputs, run2)
+    config = train_config(tmp_path / "train.json", inputs, run2, epochs=1)
     cli = boxes.cli(tmp_path)
     rb = cli.runbook(runbook(boxes, work, inputs, config))
     tail = OutputTail(cli.popen("run", str(rb), "--auto"))
@@ -69,6 +71,8 @@ def test_two_box_pipeline_survives_a_lost_box(boxes, inputs, tmp_path, tally):
         # ---- box 1 lost mid-extraction: link down and sshd killed, then back ---------------
         wait_for(lambda: tail.count("extract.box1 ⋯") or tail.count("extract.box1 │"), 90, "box1")
         boxes.lose(1)
+        cut_while = json.loads(next((cli.state / "runs").glob("*/state.json")).read_text())
+        assert cut_while["steps"]["extract.box1"]["status"] == "running"  # mid-job
         wait_for(lambda: tail.count("box1: reconnecting"), 20, "the engine to notice")
         time.sleep(2.0)
         boxes.recover(1)
@@ -94,7 +98,7 @@ def test_two_box_pipeline_survives_a_lost_box(boxes, inputs, tmp_path, tally):
     held = report["ok"] and report["missing"] == 0 and report["duplicates"] == 0
     tally.trial("box cut off + sshd killed mid-extraction: no sample lost or duplicated", held)
     assert held, report
-    assert report["samples"] == 40
+    assert report["samples"] == SAMPLES
     assert steps["train"]["status"] in ("failed", "lost"), steps["train"]
     # ---- resume: both nodes relaunched, training continues from the shared checkpoint --------
     tail = OutputTail(cli.popen("run", str(rb), "--auto"))

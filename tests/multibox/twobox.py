@@ -99,7 +99,7 @@ class TwoBoxes:
         return hit
 
 
-def train_config(path: Path, inputs: dict, out: Path, save_every: int = 3) -> Path:
+def train_config(path: Path, inputs: dict, out: Path, save_every: int = 3, epochs: int = 3) -> Path:
     cfg = {
         "target": {"path": inputs["target"]},
         "data": {
@@ -113,7 +113,7 @@ def train_config(path: Path, inputs: dict, out: Path, save_every: int = 3) -> Pa
         "drafter": {"num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 64},
         "train": {
             "out_dir": str(out),
-            "epochs": 3,
+            "epochs": epochs,
             "lr": 1e-3,
             "log_every": 1,
             "save_every": save_every,
