@@ -48,19 +48,18 @@ def test_assignment_is_a_partition_by_id_alone():
         assert (
             max(counts.values()) - min(counts.values()) < 0.25 * len(ids) / n
         )  # about 4 binomial sigmas
-    # several servers under a host shard: the parts partition that shard, nothing else
-    host = Shard(1, 2)
-    parts = [host.split(k, 2) for k in range(2)]
-    mine = {s for s in ids if host.owns(s)}
-    split = [{s for s in ids if p.owns(s)} for p in parts]
-    assert parts == [Shard(2, 4), Shard(3, 4)]
-    assert not split[0] & split[1]
-    assert {s for s in ids if shard_of(s, 4) in (2, 3)} == split[0] | split[1]
+    # several servers under a host shard: their parts partition exactly that shard
+    for n, k_count in ((2, 2), (3, 2), (2, 4)):
+        for i in range(n):
+            host = Shard(i, n)
+            parts = [host.split(k, k_count) for k in range(k_count)]
+            split = [{s for s in ids if p.owns(s)} for p in parts]
+            assert all(split) and sum(map(len, split)) == len(set().union(*split))
+            assert set().union(*split) == {s for s in ids if host.owns(s)}
+    assert [Shard(1, 2).split(k, 2) for k in range(2)] == [Shard(1, 4), Shard(3, 4)]
     for bad in ("2/2", "x", "1/0", "-1/2"):
         with pytest.raises(BadInput):
             parse_shard(bad)
-    assert mine  # both servers of the shard have work
-    del mine
 
 
 def test_two_shards_union_equals_one_dump(tiny_target, tmp_path, capsys):

@@ -218,6 +218,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     import threading
 
+    from remote_agent.eagle3.extraction.dataset import open_dataset
+
+    # build the dataset's index file once, before the workers each open the dataset
+    open_dataset(args.dataset, require_manifest=not args.allow_no_manifest)
     errors: list[BaseException] = []
 
     def worker(server: str, shard: str | None, out: Path) -> None:

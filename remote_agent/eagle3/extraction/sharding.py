@@ -9,8 +9,9 @@ length, appending samples never moves an old one, and tokens spread evenly in ex
 samples: its shard's ids minus those its dump already holds.
 
 Several servers under one shard (e.g. two TP-4 servers on a box): server k of K under host
-shard i of N takes global shard i*K + k of N*K, so every server has its own dump and the
-union is still shards 0..N*K-1 of one assignment.
+shard i of N takes global shard i + N*k of N*K. N divides N*K, so h mod N*K = i + N*k
+implies h mod N = i: the servers' shards partition exactly the host's shard, every server
+has its own dump, and the union is still shards 0..N*K-1 of one assignment.
 
 Layout: `<root>/shard-<i>-of-<n>/` is an ordinary dump (meta.json, shards/, errors/) plus
 `shard.json` (index, count, assignment); `<root>` itself has no meta.json. Readers given
@@ -48,8 +49,9 @@ class Shard:
         return shard_of(sample_id, self.count) == self.index
 
     def split(self, k: int, parts: int) -> Shard:
-        """Part k of `parts` of this shard (several servers under one host's shard)."""
-        return Shard(self.index * parts + k, self.count * parts)
+        """Part k of `parts` of this shard (several servers under one host's shard): a shard of
+        count*parts whose samples all belong to this one."""
+        return Shard(self.index + self.count * k, self.count * parts)
 
 
 def shard_of(sample_id: str, count: int) -> int:
