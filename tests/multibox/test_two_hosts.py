@@ -100,6 +100,15 @@ def test_two_box_pipeline_survives_a_lost_box(boxes, inputs, tmp_path, tally):
     assert held, report
     assert report["samples"] == SAMPLES
     assert steps["train"]["status"] in ("failed", "lost"), steps["train"]
+    # the audit names every host and its key: per-host records and the fan-out's outcome
+    audit = cli.audit()
+    for i, h in enumerate(("box0", "box1")):
+        recs = [r for r in audit if r.get("step") == f"extract.{h}"]
+        assert recs and all(r["where"]["host_key"] == boxes.sshd[i].fingerprint for r in recs)
+    (done,) = [r for r in audit if r.get("step") == "extract" and r.get("status") == "succeeded"]
+    assert [(x["host"], x["rank"], x["host_key"]) for x in done["hosts"]] == [
+        (f"box{i}", i, boxes.sshd[i].fingerprint) for i in range(2)
+    ]
     # ---- resume: both nodes relaunched, training continues from the shared checkpoint --------
     tail = OutputTail(cli.popen("run", str(rb), "--auto"))
     try:
