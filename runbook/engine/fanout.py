@@ -106,10 +106,12 @@ class FanoutMixin(EngineCore):
     async def _claim(self, child: Step) -> None:
         """The driver claim on the child's box too (the default host's is taken at open)."""
         host = self.host_of(child)
-        if host == self.default_host:
-            return
+        claimed: set[str] = self.__dict__.setdefault("_fanout_claimed", set())
+        if host == self.default_host or host in claimed:
+            return  # held: box_claim re-takes it on every reconnect of that session
         try:
             await box_claim.hold(_OnHost(self, host))
+            claimed.add(host)
         except box_claim.DriverLocked:
             raise
         except Exception:  # noqa: BLE001 - unreachable now: the child reports it as lost
