@@ -71,6 +71,8 @@ class RunnerMixin(EngineCore):
         if unmet:
             self._set(step_id, BLOCKED, "requires_unmet", f"needs {', '.join(unmet)} first")
             return BLOCKED
+        if step.hosts is not None:  # one job per host (runbook/engine/fanout.py)
+            return await self.run_fanout(step)  # type: ignore[attr-defined]
         if step.skip_if:
             res = await self.evaluate(step, step.skip_if, "skip_if")
             if all(r["ok"] for r in res):

@@ -47,6 +47,7 @@ from remote_agent.eagle3.extraction.server import (
     server_info,
     sglang_layer_ids,
 )
+from remote_agent.eagle3.extraction.sharding import parse_shard, restrict
 from remote_agent.eagle3.progress import Progress, emit
 from remote_agent.eagle3.sglang_versions import served_capture_ids
 
@@ -81,6 +82,7 @@ class ClientOptions:
     launch_timeout: float = 1800.0
     launch_args: list[str] = field(default_factory=list)
     progress_interval: float = 5.0
+    shard: str | None = None  # "I/N": only that shard's samples (extraction/sharding.py)
 
 
 def generate_body(rid: str, input_ids: list[int]) -> dict[str, Any]:
@@ -136,6 +138,7 @@ class Extraction:
     def run(self) -> dict[str, Any]:
         opts = self.opts
         dataset = open_dataset(opts.dataset, opts.require_manifest)
+        dataset = restrict(dataset, parse_shard(opts.shard) if opts.shard else None)
         if len(dataset) == 0:
             raise BadInput(f"{opts.dataset}: no samples")
         self.out.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,7 @@
 """`eagle3 verify-dumps DIR --dataset OUT.jsonl`: every dataset sample present exactly once,
-ids equal, shapes right, no NaN/Inf, no error markers; reports bytes per token.
+ids equal, shapes right, no NaN/Inf, no error markers; reports bytes per token. DIR may be a
+sharded extraction's root (extraction/sharding.py): then the union of its shards is checked,
+and each missing sample is reported with the shard that owes it.
 Exit codes: 0 the dump matches, 1 it does not, 2 bad input (no dump dir, no dataset)."""
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from remote_agent.eagle3.dense import DumpFormatError
     from remote_agent.eagle3.extraction.dataset import open_dataset
+    from remote_agent.eagle3.extraction.sharding import parts_of, union_report
     from remote_agent.eagle3.extraction.verify import PROBLEMS, verify_dump
     from remote_agent.eagle3.progress import emit
 
-    if not (args.dump / "meta.json").is_file():
-        raise BadInput(f"{args.dump}: not a dump directory (no meta.json)")
+    if not (args.dump / "meta.json").is_file() and not parts_of(args.dump):
+        raise BadInput(f"{args.dump}: not a dump directory (no meta.json, no shard-I-of-N dumps)")
     dataset = open_dataset(args.dataset, require_manifest=False)
     try:
         report = verify_dump(args.dump, dataset, check_values=not args.no_values)
@@ -38,10 +41,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"verify-dumps: {exc}")
         return 1
     summary = report.to_json()
+    # a sharded extraction's root: which shard lacks what, and where each duplicate lies
+    union = union_report(args.dump, dataset) if parts_of(args.dump) else []
+    if union:
+        summary["ok"], summary["shard_problems"] = False, union
     if args.json:
         print(json.dumps(summary, indent=1))
     else:
-        verdict = "OK" if report.ok else "FAILED"
+        verdict = "OK" if report.ok and not union else "FAILED"
         print(
             f"{verdict}: {report.samples} samples, {report.tokens} tokens, {report.shards} shards, "
             f"{summary['bytes_per_token']} B/token on disk (format {summary['meta_bytes_per_token']}"
@@ -50,5 +57,7 @@ def run(args: argparse.Namespace) -> int:
         for key in PROBLEMS:
             if summary[key]:
                 print(f"  {key}: {summary[key]} e.g. {summary[key + '_examples'][:5]}")
+        for line in union:
+            print(f"  {line}")
     emit("result", **summary)
-    return 0 if report.ok else 1
+    return 0 if report.ok and not union else 1
