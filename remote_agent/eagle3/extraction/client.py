@@ -47,6 +47,7 @@ from remote_agent.eagle3.extraction.server import (
     server_info,
     sglang_layer_ids,
 )
+from remote_agent.eagle3.http_client import backoff_delay
 from remote_agent.eagle3.progress import Progress, emit
 
 CANARY = CONTROL_PREFIX + "canary:"
@@ -356,7 +357,7 @@ class Extraction:
                 duplicate = "Duplicate request ID" in err
                 if exc.status is not None and 400 <= exc.status < 500 and not duplicate:
                     return err  # the request itself is wrong: retrying will not help
-                time.sleep(min(2**attempt, 10))
+                time.sleep(backoff_delay(attempt, base=1.0, cap=10.0))
         return err
 
     def _watch(self, dataset, pending, expected, lock, replies, stop, flush_ids) -> dict[str, Any]:
