@@ -31,6 +31,7 @@ from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
 from remote_agent.eagle3.drafter.simulate import chain_acceptance, chain_depth
 from remote_agent.eagle3.drafter.ttt_attention import TTTAttention, pick_backend
 from remote_agent.eagle3.errors import BadInput, Failed
+from remote_agent.eagle3.extraction.identity import check_identity
 from remote_agent.eagle3.progress import emit
 
 
@@ -251,6 +252,7 @@ def train(cfg: Config) -> dict[str, Any]:
             raise BadInput(f"data.{name} is required")
     if not cfg.target.path:
         raise BadInput("target.path is required (its lm_head is the teacher)")
+    check_identity(Path(cfg.data.dump), Path(cfg.target.path), "train")  # same model as dumped
     plan = Plan(
         Path(cfg.data.dump),
         Path(cfg.data.dataset),

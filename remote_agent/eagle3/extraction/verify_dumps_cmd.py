@@ -1,6 +1,8 @@
 """`eagle3 verify-dumps DIR --dataset OUT.jsonl`: every dataset sample present exactly once,
 ids equal, shapes right, no NaN/Inf, no error markers; reports bytes per token.
-Exit codes: 0 the dump matches, 1 it does not, 2 bad input (no dump dir, no dataset)."""
+With --model, the dump's recorded model identity must be that model's (extraction/identity.py).
+Exit codes: 0 the dump matches, 1 it does not, 2 bad input (no dump dir, no dataset, a dump of
+another model)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dataset", type=Path, required=True, help="the OUT.jsonl it was made from"
     )
+    parser.add_argument(
+        "--model",
+        type=Path,
+        help="the target model directory: refuse (exit 2) a dump extracted from another model",
+    )
     parser.add_argument("--no-values", action="store_true", help="skip the NaN/Inf scan")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -31,6 +38,10 @@ def run(args: argparse.Namespace) -> int:
     if not (args.dump / "meta.json").is_file():
         raise BadInput(f"{args.dump}: not a dump directory (no meta.json)")
     dataset = open_dataset(args.dataset, require_manifest=False)
+    if args.model is not None:
+        from remote_agent.eagle3.extraction.identity import check_identity
+
+        check_identity(args.dump, args.model, "verify-dumps")
     try:
         report = verify_dump(args.dump, dataset, check_values=not args.no_values)
     except DumpFormatError as exc:
