@@ -299,19 +299,6 @@ def load_text(
     )
 
 
-def _upstream(rb: Runbook, step_id: str) -> set[str]:
-    """Every step `step_id` requires, directly or through others (safe on cycles)."""
-    by_id = {s.id: s for s in rb.steps}
-    seen: set[str] = set()
-    todo = list(by_id[step_id].requires)
-    while todo:
-        sid = todo.pop()
-        if sid not in seen and sid in by_id:
-            seen.add(sid)
-            todo.extend(by_id[sid].requires)
-    return seen
-
-
 def _cross_checks(rb: Runbook, problems: _Problems) -> None:
     ids: dict[str, int] = {}
     for i, step in enumerate(rb.steps):
@@ -429,3 +416,16 @@ def read_secrets(rb: Runbook, environ: Mapping[str, str] | None = None) -> dict[
     if missing:
         raise RunbookError(missing)
     return values
+
+
+def _upstream(rb: Runbook, step_id: str) -> set[str]:
+    """Every step `step_id` requires, directly or through others (safe on cycles)."""
+    by_id = {s.id: s for s in rb.steps}
+    seen: set[str] = set()
+    todo = list(by_id[step_id].requires)
+    while todo:
+        sid = todo.pop()
+        if sid not in seen and sid in by_id:
+            seen.add(sid)
+            todo.extend(by_id[sid].requires)
+    return seen

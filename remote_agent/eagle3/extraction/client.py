@@ -48,7 +48,6 @@ from remote_agent.eagle3.extraction.server import (
     server_info,
     sglang_layer_ids,
 )
-from remote_agent.eagle3.http_client import backoff_delay
 from remote_agent.eagle3.progress import Progress, emit
 
 CANARY = CONTROL_PREFIX + "canary:"
@@ -357,6 +356,8 @@ class Extraction:
 
     def _post(self, rid: str, ids: list[int]) -> str | None:
         """None on success, else the error (after retries with the same rid)."""
+        from remote_agent.eagle3.http_client import backoff_delay
+
         err = None
         for attempt in range(self.opts.retries + 1):
             try:

@@ -1,8 +1,6 @@
 """`eagle3 verify-dumps DIR --dataset OUT.jsonl`: every dataset sample present exactly once,
 ids equal, shapes right, no NaN/Inf, no error markers; reports bytes per token.
-With --model, the dump's recorded model identity must be that model's (extraction/identity.py).
-Exit codes: 0 the dump matches, 1 it does not, 2 bad input (no dump dir, no dataset, a dump of
-another model)."""
+Exit codes: 0 the dump matches, 1 it does not, 2 bad input (no dump dir, no dataset)."""
 
 from __future__ import annotations
 
@@ -23,7 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         type=Path,
-        help="the target model directory: refuse (exit 2) a dump extracted from another model",
+        help="the target model dir: refuse (exit 2, bad input) a dump of another model "
+        "(its recorded identity, extraction/identity.py)",
     )
     parser.add_argument("--no-values", action="store_true", help="skip the NaN/Inf scan")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
