@@ -38,14 +38,12 @@ def http_json(url: str, payload: dict | None = None, timeout: float = 600.0) -> 
 
 
 def server_info(base: str) -> dict[str, Any]:
-    """/get_server_info (older and newer SGLang also answer /server_info)."""
-    last: Exception | None = None
-    for path in ("/get_server_info", "/server_info"):
-        try:
-            return http_json(base.rstrip("/") + path, timeout=30)
-        except Failed as exc:
-            last = exc
-    raise Failed(f"cannot read the server's settings: {last}")
+    """The server's settings: the one reader, extraction/server.py's (/server_info, else the
+    deprecated /get_server_info)."""
+    from remote_agent.eagle3.extraction.server import Http
+    from remote_agent.eagle3.extraction.server import server_info as read
+
+    return read(Http(base, timeout=30))
 
 
 def check_server(info: dict[str, Any], expect: dict[str, Any]) -> list[str]:
