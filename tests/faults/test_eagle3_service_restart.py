@@ -6,11 +6,15 @@ on a chosen request, in its first incarnation(s) only. It stands in ONLY as the 
 dies; the engine, agent, jobs, retries and audit are the real ones. The consumer (WORKER) is
 resumable like `eagle3 extract`: it records each item the server acknowledged and skips those
 on a relaunch, and exits 1 when the server goes away (as extract does after its retries).
+The last test runs the real `eagle3 extract` and `verify-dumps` against the extraction tests'
+SGLang stand-in (real hook, real tiny model) as a process that crashes mid-extraction.
 """
 
 from __future__ import annotations
 
+import re
 import socket
+import sys
 import textwrap
 from pathlib import Path
 
@@ -162,3 +166,91 @@ def test_the_production_runbook_restarts_its_extraction_server(tally) -> None:
     held &= all("extraction-server" in rb.step(s).uses for s in ("canary", "extract"))
     held &= 1 in rb.step("extract").retry.on  # extract exits 1 when the server died
     assert tally.trial("restart: production runbook wired", held)
+
+
+# the SGLang stand-in of tests/eagle3/extraction (real hook, real tiny model), as a process on
+# a fixed port that crashes after `crash_at` dumped samples in its first life
+FAKE_SGLANG = """\
+import os, sys, threading, time
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+repo, port, model, work, crash_at = sys.argv[1], int(sys.argv[2]), sys.argv[3], Path(sys.argv[4]), int(sys.argv[5])
+sys.path[:0] = [repo, os.path.join(repo, "tests", "eagle3", "extraction")]
+from eagle3_standins import FakeSGLang, load_hook_package
+lives = int((work / "lives").read_text()) + 1 if (work / "lives").exists() else 1
+(work / "lives").write_text(str(lives))
+hook = load_hook_package(work / ("hook-%d" % lives))
+hook._writer_rank = lambda model: 0  # no sglang here: this process is the one writer
+fake = FakeSGLang(hook, model)
+fake._httpd.server_close()  # the runbook needs a known port
+fake._httpd = ThreadingHTTPServer(("127.0.0.1", port), fake._handler())
+fake._threads[0] = threading.Thread(target=fake._httpd.serve_forever, daemon=True)
+forward, seen = fake._forward, [0]
+def crashing(pieces):
+    forward(pieces)
+    seen[0] += sum("__eagle3__" not in r.rid for r, _, _ in pieces)
+    if lives == 1 and seen[0] >= crash_at:
+        os._exit(3)  # dies with samples still in the hook's buffer, replies unsent
+fake._forward = crashing
+with fake:
+    while True:
+        time.sleep(1)
+"""
+
+
+def test_real_extract_resumes_against_a_restarted_server(tmp_path, tiny_target, tally) -> None:
+    sys.path.insert(0, str(REPO / "tests" / "eagle3" / "extraction"))
+    from eagle3_standins import write_dataset
+
+    cli = Cli(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "fake_sglang.py").write_text(FAKE_SGLANG)
+    lengths = [12, 30, 7, 25, 18, 9, 22, 15, 11, 28, 6, 19]
+    data = write_dataset(tmp_path / "d.jsonl", lengths)
+    out, port, py = tmp_path / "dump", _port(), sys.executable
+    url = f"http://127.0.0.1:{port}"
+    hook_env = f"{{EAGLE3_DUMP_DIR: '{out}', EAGLE3_DUMP_SHARD_MB: '0.05', EAGLE3_DUMP_FLUSH_S: '0.5', EAGLE3_DUMP_MIN_FREE_MB: '0'}}"
+    rb = cli.runbook(f"""\
+        name: extract-restart
+        steps:
+          - id: extraction-server
+            title: SGLang stand-in that crashes mid-extraction
+            run: ["{py}", "{work / "fake_sglang.py"}", "{REPO}", "{port}", "{tiny_target}", "{work}", "5"]
+            env: {hook_env}
+            detach: true
+            service:
+              ready: {{check: http_ok, url: "{url}/health"}}
+              interval: 0.5s
+              timeout: 120s
+              restarts: 2
+          - id: extract
+            title: The real extraction client
+            run: ["{py}", -m, remote_agent.eagle3, extract, --server, "{url}", --dataset, "{data}", --out, "{out}", --model, "{tiny_target}", --disk-margin-gb, "0", --concurrency, "2", --retries, "1", --canary-timeout, "60", --dump-timeout, "60"]
+            requires: [extraction-server]
+            uses: [extraction-server]
+            retry: {{max: 3, on: [1], backoff: 0.5s}}
+            idempotent: true
+          - id: stop
+            title: Stop the server
+            stop: extraction-server
+            requires: [extract]
+          - id: verify-dumps
+            title: Every sample exactly once, ids equal, no NaN
+            run: ["{py}", -m, remote_agent.eagle3, verify-dumps, "{out}", --dataset, "{data}", --model, "{tiny_target}"]
+            requires: [stop]
+    """)
+    out_run = cli("run", str(rb), "--auto", timeout=400)
+    st = cli.state_json()["steps"]
+    ok = out_run.returncode == 0
+    assert tally.trial("restart: real extract finishes after a crash", ok), (
+        out_run.stdout[-3000:] + out_run.stderr[-2000:]
+    )
+    held = st["extract"]["attempt"] >= 2 and st["extraction-server"]["restarts"] == 1
+    assert tally.trial("restart: extract retried against the restarted server", held)
+    held = st["verify-dumps"]["status"] == "succeeded"
+    assert tally.trial("restart: resumed dump verifies (each sample once)", held)
+    log = open(st["extract"]["log_file"]).read()  # the last attempt's
+    done = [int(n) for n in re.findall(r"to dump, (\d+) already done", log)]
+    held = len(done) == 1 and 0 < done[0] < len(lengths)  # resumed mid-way, not from scratch
+    assert tally.trial("restart: the resume skipped the dumped samples", held), log[-2000:]
