@@ -72,3 +72,4 @@ def test_eval_reports_the_simulation_on_the_same_tokens(tiny_inputs, exported, t
     assert len(tf["acc_k"]) == len(tf["acc_k_all"]) == 3
     assert all(b is None or a <= b for a, b in zip(tf["acc_k_all"], tf["acc_k"], strict=True))
     assert r["accept_length"] is not None  # the measured figure, same prompts and tokens
+    print(f"measured accept length {r['accept_length']}, teacher-forced {tf}")
