@@ -73,3 +73,52 @@ def test_eval_reports_the_simulation_on_the_same_tokens(tiny_inputs, exported, t
     assert all(b is None or a <= b for a, b in zip(tf["acc_k_all"], tf["acc_k"], strict=True))
     assert r["accept_length"] is not None  # the measured figure, same prompts and tokens
     print(f"measured accept length {r['accept_length']}, teacher-forced {tf}")
+
+
+def _forced_chain(d, aux, seq: list[int], t: int, depth: int) -> list[int]:
+    """draft_chain's plain-attention math, but step k+1 embeds the TRUE token t+2+k (teacher
+    forcing): an independent restatement of one TTT column at position t."""
+    from remote_agent.eagle3.drafter.model import _attend
+
+    layer, attn = d.midlayer, d.midlayer.self_attn
+    n = t + 1
+    hidden = d.project(aux[:n].unsqueeze(0))
+    q, k0, v0, res = layer.pre(
+        hidden, d.embed_tokens(torch.tensor([seq[1 : n + 1]])), torch.arange(n).unsqueeze(0)
+    )
+    out = layer.post(_attend(q, k0, v0, attn.scale, torch.ones(n, n).bool().tril()), res)[:, -1:]
+    keys, values, preds = [k0], [v0], []
+    for k in range(depth):
+        preds.append(int(d.draft_ids()[d.logits(out)[0, -1].argmax()]))
+        if k == depth - 1 or t + 2 + k >= len(seq):
+            break
+        emb = d.embed_tokens(torch.tensor([[seq[t + 2 + k]]]))
+        q, kk, vv, res = layer.pre(d.next_hidden(out), emb, torch.tensor([[t + 1 + k]]))
+        keys.append(kk)
+        values.append(vv)
+        o = _attend(q, torch.cat(keys, dim=2), torch.cat(values, dim=2), attn.scale, None)
+        out = layer.post(o, res)
+    return preds
+
+
+@torch.no_grad()
+def test_per_step_hits_equal_an_independent_teacher_forced_chain(tiny_inputs, exported):
+    model, _ = load_target(tiny_inputs["target"])
+    drafter, _ = load_export(exported)
+    drafter.embed_tokens.weight.copy_(model.get_input_embeddings().weight)
+    drafter.eval()
+    target, depth = Target(model, [2, 4, 5]), 3
+    for prompt in load_prompts(tiny_inputs["data"], 2):
+        out = speculative_decode(target, drafter, prompt, 12, depth, frozenset()).tokens
+        forced = teacher_forced(target, drafter, prompt, out, depth)
+        seq = prompt + out
+        logits, aux = target(seq)
+        teach = logits.argmax(-1)
+        hits, total = [0] * depth, [0] * depth
+        for t in range(len(prompt) - 1 - depth, len(seq) - 2):
+            preds = _forced_chain(drafter, aux, seq, t, depth)
+            for k in range(depth):  # step k drafts token t+2+k: scored when it is an output
+                if len(prompt) <= t + 2 + k < len(seq):
+                    hits[k] += preds[k] == int(teach[t + 1 + k])
+                    total[k] += 1
+        assert forced.hits == hits and forced.total == total
