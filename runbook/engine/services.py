@@ -112,8 +112,9 @@ class ServiceMixin(EngineCore):
     async def revive_services(self, step: Step, rec: StepRecord) -> str | None:
         """Before an attempt of `step`: every service it `uses:` is running, or is restarted
         (at most `service.restarts` times per run, each audited as service.restarted) and
-        ready again. None when all run; else the status the step ends with (FAILED: died with
-        no restarts left, or the restart did not get ready)."""
+        ready again. Only a job that provably exited is restarted (a `lost` one only when its
+        step is idempotent). None when all run; else the status the step ends with (FAILED:
+        lost, no restarts left, or the restart did not get ready)."""
         assert self.state and self.audit
         for sid in step.uses:
             svc_step, srec = self.rb.step(sid), self.state.steps[sid]
@@ -134,6 +135,19 @@ class ServiceMixin(EngineCore):
                 continue
             limit, died = svc_step.service.restarts, srec.job_id
             exit_ = info.get("exit")
+            if state != "exited" and not svc_step.idempotent:
+                # fate unknown (it may still run, holding GPUs and the port): never launched
+                # twice without the operator, as for any `lost` job (docs/SAFETY.md)
+                rec.ended_at = time.time()
+                self._set(
+                    step.id,
+                    FAILED,
+                    "service_lost",
+                    f"{sid} (job {died}) is {state}: whether it still runs is unknown, so it is "
+                    f"not restarted; check the box, then rerun (or mark {sid} idempotent: true)",
+                    {"service": sid, "service_job": died},
+                )
+                return FAILED
             if srec.restarts >= limit:
                 rec.ended_at = time.time()
                 self._set(

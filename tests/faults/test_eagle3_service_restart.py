@@ -254,3 +254,69 @@ def test_real_extract_resumes_against_a_restarted_server(tmp_path, tiny_target, 
     done = [int(n) for n in re.findall(r"to dump, (\d+) already done", log)]
     held = len(done) == 1 and 0 < done[0] < len(lengths)  # resumed mid-way, not from scratch
     assert tally.trial("restart: the resume skipped the dumped samples", held), log[-2000:]
+
+
+KILLER = """\
+import glob, os, signal, sys, time
+for d in glob.glob(os.path.join(sys.argv[1], "jobs", "*.server.1")):
+    for name in ("pid", "pgid"):  # the supervisor, then the server's group: no record left
+        pid = int(open(os.path.join(d, name)).read().split()[0])
+        try:
+            os.killpg(pid, signal.SIGKILL) if name == "pgid" else os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+time.sleep(1)
+"""
+
+
+def test_a_lost_service_is_restarted_only_when_idempotent(tmp_path, tally) -> None:
+    """Killing supervisor and server at once leaves the job's fate unknown (`lost`): like any
+    lost job it is never launched twice unless its step says `idempotent: true`."""
+    for idempotent in (False, True):
+        root = tmp_path / f"idem-{idempotent}"
+        root.mkdir()
+        cli = Cli(root)
+        work = root / "work"
+        work.mkdir()
+        (work / "server.py").write_text(SERVER)
+        (work / "worker.py").write_text(WORKER)
+        (work / "killer.py").write_text(KILLER)
+        port = _port()
+        rb = cli.runbook(f"""\
+            name: lost
+            steps:
+              - id: server
+                title: Server
+                run: [python3, "{work / "server.py"}", "{port}", "{work}", "0", "0"]
+                detach: true
+                idempotent: {str(idempotent).lower()}
+                service:
+                  ready: {{check: http_ok, url: "http://127.0.0.1:{port}/health"}}
+                  interval: 0.2s
+                  restarts: 2
+              - id: kill
+                title: Lose it (SIGKILL supervisor and server)
+                run: [python3, "{work / "killer.py"}", "{root / "spool"}"]
+                requires: [server]
+              - id: work
+                title: Client
+                run: [python3, "{work / "worker.py"}", "{port}", "{work}", "3"]
+                requires: [kill]
+                uses: [server]
+              - id: stop
+                title: Stop it
+                stop: server
+                requires: [work]
+        """)
+        out = cli("run", str(rb), "--auto", timeout=120)
+        st = cli.state_json()["steps"]
+        lives = (work / "lives").read_text()
+        if idempotent:
+            held = out.returncode == 0 and st["server"]["restarts"] == 1 and lives == "2"
+            assert tally.trial("restart: lost + idempotent restarted", held), out.stdout[-2000:]
+        else:
+            held = out.returncode == 1 and st["work"]["reason"] == "service_lost"
+            held &= lives == "1" and st["server"]["restarts"] == 0
+            assert tally.trial("restart: lost, not idempotent, never relaunched", held), out.stdout[
+                -2000:
+            ] + str(st["work"])
