@@ -66,9 +66,10 @@ class Progress:
         unit: str,
         interval: float = 1.0,
         stream: TextIO | None = None,
+        start: int = 0,
     ) -> None:
         self.stage, self.total, self.unit = stage, total, unit
-        self.done = 0
+        self.done = self._base = start  # a resumed job: the rate counts this run's units only
         self.interval = interval
         self.stream = stream
         self._start = time.monotonic()
@@ -86,7 +87,7 @@ class Progress:
     def _emit(self, now: float, **extra: Any) -> None:
         self._last = now
         elapsed = max(now - self._start, 1e-9)
-        rate = self.done / elapsed
+        rate = (self.done - self._base) / elapsed
         eta = None
         if self.total is not None and rate > 0:
             eta = max(self.total - self.done, 0) / rate
