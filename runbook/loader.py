@@ -406,6 +406,16 @@ def _cross_checks(rb: Runbook, problems: _Problems) -> None:
                     ("steps", i, "stop"),
                     f"step {step.stop!r} is not a service (it has no `service:`)",
                 )
+        for j, used in enumerate(step.uses):
+            target = rb.steps[ids[used]] if used in ids else None
+            if target is None or target.service is None:
+                what = "unknown step" if target is None else "not a service step"
+                problems.add(("steps", i, "uses", j), f"{what} {used!r} (`uses:` names services)")
+            elif used not in _upstream(rb, step.id):
+                problems.add(
+                    ("steps", i, "uses", j),
+                    f"{used!r} must be among the steps this one requires (directly or not)",
+                )
         if step.service is not None and isinstance(step.service.ready, StepSucceeded):
             problems.add(
                 ("steps", i, "service", "ready"),
@@ -483,3 +493,16 @@ def read_secrets(rb: Runbook, environ: Mapping[str, str] | None = None) -> dict[
     if missing:
         raise RunbookError(missing)
     return values
+
+
+def _upstream(rb: Runbook, step_id: str) -> set[str]:
+    """Every step `step_id` requires, directly or through others (safe on cycles)."""
+    by_id = {s.id: s for s in rb.steps}
+    seen: set[str] = set()
+    todo = list(by_id[step_id].requires)
+    while todo:
+        sid = todo.pop()
+        if sid not in seen and sid in by_id:
+            seen.add(sid)
+            todo.extend(by_id[sid].requires)
+    return seen

@@ -230,6 +230,8 @@ class Service(_Strict):
     ready: Check
     timeout: Duration = 1800.0  # give up (and stop the job) if not ready by then
     interval: Duration = 5.0
+    # a step that `uses:` this service and finds its job dead restarts it, at most this often
+    restarts: int = Field(0, ge=0, le=20)
 
 
 class Step(_Strict):
@@ -262,6 +264,9 @@ class Step(_Strict):
     host_rank: int | None = None  # set by the loader on a child
     artifacts: list[str] = Field(default_factory=list)  # files hashed into the audit on success
     service: Service | None = None  # a server: succeeds when ready, keeps running
+    # service steps this step talks to: a dead one is restarted before each attempt (bounded by
+    # its `service.restarts`, audited as service.restarted), so a retry resumes against it
+    uses: list[str] = Field(default_factory=list)
     stop: str | None = None  # id of a service step whose job this step stops (no `run:`)
     # what a destructive step deletes, and the root it must stay inside (docs/SAFETY.md)
     removes: list[str] = Field(default_factory=list)

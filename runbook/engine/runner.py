@@ -86,6 +86,9 @@ class RunnerMixin(EngineCore):
                 )
                 return SUCCEEDED
         while True:
+            revived = await self.revive_services(step, rec)  # services.py: a dead one restarts
+            if revived is not None:
+                return revived
             status = await self._attempt(step, rec)
             if status in DONE or not self._should_retry(step, rec):
                 return status

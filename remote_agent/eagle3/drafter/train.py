@@ -42,6 +42,7 @@ from remote_agent.eagle3.drafter.ttt_step import (  # noqa: F401  (re-exported f
     forward_backward,
 )
 from remote_agent.eagle3.errors import BadInput
+from remote_agent.eagle3.extraction.identity import check_identity
 from remote_agent.eagle3.progress import Progress
 
 _Window = Window  # the old private name (tests)
@@ -242,6 +243,7 @@ def _plan(cfg: Config, d: Dist) -> Plan:
             raise BadInput(f"data.{name} is required")
     if not cfg.target.path:
         raise BadInput("target.path is required (its lm_head is the teacher)")
+    check_identity(Path(cfg.data.dump), Path(cfg.target.path), "train")  # same model as dumped
     plan = Plan(
         Path(cfg.data.dump),
         Path(cfg.data.dataset),

@@ -129,7 +129,9 @@ def _prepare(dist: Dist, dataset: Dataset, opts: ReferenceOptions, meta: DumpMet
     if dist.rank == 0:
         try:
             from remote_agent.eagle3.dense import init_dump_dir
+            from remote_agent.eagle3.extraction.identity import record_identity
 
+            record_identity(opts.out, opts.model, "extract")  # a resume must use the same model
             init_dump_dir(opts.out, meta)
             done, problems = existing_samples(opts.out, dataset)
             if problems:

@@ -20,6 +20,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dataset", type=Path, required=True, help="the OUT.jsonl it was made from"
     )
+    parser.add_argument(
+        "--model",
+        type=Path,
+        help="the target model dir: refuse (exit 2, bad input) a dump of another model "
+        "(its recorded identity, extraction/identity.py)",
+    )
     parser.add_argument("--no-values", action="store_true", help="skip the NaN/Inf scan")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -34,6 +40,10 @@ def run(args: argparse.Namespace) -> int:
     if not (args.dump / "meta.json").is_file() and not parts_of(args.dump):
         raise BadInput(f"{args.dump}: not a dump directory (no meta.json, no shard-I-of-N dumps)")
     dataset = open_dataset(args.dataset, require_manifest=False)
+    if args.model is not None:
+        from remote_agent.eagle3.extraction.identity import check_identity
+
+        check_identity(args.dump, args.model, "verify-dumps")
     try:
         report = verify_dump(args.dump, dataset, check_values=not args.no_values)
     except DumpFormatError as exc:
