@@ -1,8 +1,8 @@
 """One driver per runbook work on the box: the claim the engine holds in the agent's spool.
 
-Taken on every host the runbook's steps use (the same key on each: runbook name + work dir)
-before the run id is chosen (so a loser creates nothing), re-taken on every reconnect (the agent
-drops it when its connection goes), released at close. Protocol:
+Taken on the default host before the run id is chosen (so a loser creates nothing), and on every
+other host a step uses before that step's first job there (same key: runbook name + work dir);
+re-taken on every reconnect (the agent drops it when its connection goes), released at close. Protocol:
 `lock.acquire` / `lock.release` / `lock.status` in remote_agent/PROTOCOL.md.
 """
 
@@ -64,28 +64,40 @@ async def release(call: Any, name: str) -> None:
 # the engine's imports): its default host, runbook name, sessions and audit.
 
 
-def claimed_hosts(engine: Any) -> list[str]:
-    """Every host the runbook's steps use, the default first, then in name order (the same
-    order for every driver of this runbook, so two of them cannot each hold a part)."""
-    used = {engine.host_of(s) for s in engine.rb.steps} - {engine.default_host}
-    return [engine.default_host, *sorted(used)]
-
-
 async def hold(engine: Any) -> None:
-    """Claim the work on every host the steps use, now and on every reconnect of each."""
+    """Claim the work on the default host now and on every reconnect of that session."""
+    session = await engine.session(engine.default_host)
     name = engine.rb.name
 
     async def reclaim(conn: Any) -> None:
         await claim(conn.call, name)
 
-    for host in claimed_hosts(engine):
-        session = await engine.session(host)
-        if reclaim not in session.on_connect:
-            session.on_connect.append(reclaim)
-        if session.conn is not None and not session.conn.closed.is_set():
-            await reclaim(session.conn)
-        else:
-            await session.connection()  # runs reclaim
+    if reclaim not in session.on_connect:
+        session.on_connect.append(reclaim)
+    if session.conn is not None and not session.conn.closed.is_set():
+        await reclaim(session.conn)
+    else:
+        await session.connection()  # runs reclaim
+
+
+async def hold_on(engine: Any, host: str) -> None:
+    """The same claim on another host a step uses, before that step's first job (or reattach)
+    there; once per engine and host (the session re-takes it on every reconnect)."""
+    claimed: set[str] = engine.__dict__.setdefault("_claimed_hosts", set())
+    if host == engine.default_host or host in claimed:
+        return
+    await hold(_OnHost(engine, host))
+    claimed.add(host)
+
+
+class _OnHost:
+    """The engine as `hold` sees it, with another host as its default (duck-typed)."""
+
+    def __init__(self, engine: Any, host: str) -> None:
+        self._engine, self.default_host, self.rb = engine, host, engine.rb
+
+    async def session(self, host: str) -> Any:
+        return await self._engine.session(host)
 
 
 async def box_head(engine: Any, run_id: str) -> dict[str, Any] | None:

@@ -65,12 +65,16 @@ class RunnerMixin(EngineCore):
         rec = self.state.steps[step_id]
         if rec.status in DONE:
             return rec.status
+        if step.run is not None:  # one driver per work on every box a step uses
+            await box_claim.hold_on(self, self.host_of(step))
         if rec.status == RUNNING and rec.job_id:
             return await self._run_job(step, rec, reattach=True)
         unmet = [r for r in step.requires if self.state.steps[r].status not in DONE]
         if unmet:
             self._set(step_id, BLOCKED, "requires_unmet", f"needs {', '.join(unmet)} first")
             return BLOCKED
+        if step.hosts is not None:  # one job per host (runbook/engine/fanout.py)
+            return await self.run_fanout(step)  # type: ignore[attr-defined]
         if step.skip_if:
             res = await self.evaluate(step, step.skip_if, "skip_if")
             if all(r["ok"] for r in res):
@@ -84,6 +88,9 @@ class RunnerMixin(EngineCore):
                 )
                 return SUCCEEDED
         while True:
+            revived = await self.revive_services(step, rec)  # services.py: a dead one restarts
+            if revived is not None:
+                return revived
             status = await self._attempt(step, rec)
             if status in DONE or not self._should_retry(step, rec):
                 return status
