@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
-import os
 import re
 import signal
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 from rich.text import Text
 
 from eagle_tui import __version__
+from remote_agent.atomic_write import write_atomic
 from runbook import audit as audit_mod
 from runbook.audit_seal import AuditBreak
 from runbook.box_claim import EXIT_LOCKED, DriverLocked
@@ -347,9 +347,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     text = {"jsonl": audit_mod.export_jsonl, "csv": audit_mod.export_csv}.get(fmt)
     out = text(records) if text else audit_mod.export_markdown(records, result)
     if args.output:
-        tmp = Path(f"{args.output}.tmp.{os.getpid()}")
-        tmp.write_text(out)
-        os.replace(tmp, args.output)
+        write_atomic(Path(args.output), out)
         print(
             f"wrote {args.output} ({len(records)} records, chain {'ok' if result.ok else 'NOT OK'})"
         )

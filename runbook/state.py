@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from remote_agent.atomic_write import write_atomic
 from runbook.events import DONE, PENDING, TERMINAL_BAD
 
 
@@ -143,15 +144,9 @@ class RunStore:
 
     def save(self, state: RunState) -> None:
         state.updated_at = time.time()
-        tmp = self.state_path.with_name(f"state.json.tmp.{os.getpid()}")
         try:
-            with open(tmp, "w") as f:
-                f.write(state.model_dump_json(indent=1))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.state_path)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)  # the old state.json stays whole
+            write_atomic(self.state_path, state.model_dump_json(indent=1))
+        except OSError as exc:  # the old state.json stays whole
             raise write_failed(self.state_path, exc) from None
 
     def log_path(self, step_id: str, attempt: int) -> Path:

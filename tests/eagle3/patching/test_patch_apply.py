@@ -14,6 +14,7 @@ import sys
 import pytest
 from patch_fixtures import PATCHED_SHA256, PRISTINE_SHA256, RELEASES, make_site, wheel_file
 
+from remote_agent.atomic_write import TEMP_MARK
 from remote_agent.eagle3.cli import main
 from remote_agent.eagle3.patching import hashes
 from remote_agent.eagle3.patching.blocks import PatchError, apply_blocks, load_spec
@@ -58,7 +59,7 @@ def test_round_trip_idempotent_and_byte_identical(release_target, capsys):
     assert not any(
         p.suffix == ".py" and p.name != "deepseek_v2.py" for p in target.parent.iterdir()
     )
-    assert not list(target.parent.glob("*eagle3-tmp*"))
+    assert not list(target.parent.glob(f"*{TEMP_MARK}*"))
     helper = site / "sglang/srt/eagle3_dump"
     assert rep["helper"]["state"] == "installed"
     assert sorted(p.name for p in helper.iterdir()) == [
@@ -106,7 +107,7 @@ def _refused(capsys, target, *args) -> dict:
     code, rep = patch(capsys, *args, "--target", target)
     assert code == 1 and rep["action"] == "refused" and not rep["ok"]
     assert target.read_bytes() == before  # untouched
-    assert not list(target.parent.glob("*eagle3-tmp*"))
+    assert not list(target.parent.glob(f"*{TEMP_MARK}*"))
     return rep
 
 
