@@ -102,9 +102,7 @@ def test_kill_at_a_random_moment_leaves_old_or_new_never_partial(tmp_path: Path,
     assert last > 1  # the writer got through several renames: the kills landed mid-stream
 
 
-def test_kill_while_replacing_a_directory_never_leaves_a_partial_one(
-    tmp_path: Path, tally
-) -> None:
+def test_kill_while_replacing_a_directory_never_leaves_a_partial_one(tmp_path: Path, tally) -> None:
     rng = random.Random(7)
     path = tmp_path / "step-00000001"
     for _ in range(6):
