@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
-import re
 import signal
 import sys
 from pathlib import Path
@@ -41,11 +40,10 @@ from runbook.state import (
     latest_run,
     list_runs,
 )
-from runbook.transports import TransportError
+from runbook.transports import FINGERPRINT_RE, TransportError, TransportOptions
 from runbook.transports.factory import make_transport_factory
 
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
-FINGERPRINT = re.compile(r"SHA256:[A-Za-z0-9+/]{43}=?")  # as `ssh-keygen -l` prints it
 
 
 def _err(msg: str) -> None:
@@ -171,6 +169,15 @@ async def _run_headless(args: argparse.Namespace, engine: Engine, view, run_id: 
     return code
 
 
+def transport_options(args: argparse.Namespace) -> TransportOptions:
+    """The transports' options, built once from the flags (the Namespace stops here)."""
+    return TransportOptions(
+        known_hosts=args.known_hosts,
+        ssh_config=args.ssh_config,
+        trust_host=tuple(args.trust_host or ()),
+    )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     state_dir = _state_dir(args)
     try:
@@ -184,7 +191,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         for sid in args.yes or []:
             if sid != "*" and sid not in probe.runbook.step_ids:
                 raise RunbookError([f"--yes {sid}: no such step"])
-        bad = [fp for fp in args.trust_host or [] if not FINGERPRINT.fullmatch(fp)]
+        bad = [fp for fp in args.trust_host or [] if not FINGERPRINT_RE.fullmatch(fp)]
         if bad:
             raise RunbookError(
                 [f"--trust-host {fp}: expected SHA256:<43 characters>" for fp in bad]
@@ -195,11 +202,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         for p in exc.problems:
             _err(p)
         return EXIT_INVALID
+    options = transport_options(args)
 
     if not args.auto and not args.dry_run:
         from eagle_tui.app.main import run_app  # imported only for the TUI
 
-        return run_app(args, state_dir, overrides, secrets, run_id=run_id)
+        return run_app(args, state_dir, overrides, secrets, run_id=run_id, options=options)
 
     loaded = load_runbook(args.runbook, overrides, run_id=run_id, state_dir=state_dir)
     from eagle_tui.headless import HeadlessView
@@ -212,7 +220,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     engine = Engine(
         loaded,
         state_dir,
-        transports=make_transport_factory(state_dir, args),
+        transports=make_transport_factory(state_dir, options),
         confirmer=headless_confirmer(args.yes or [], loaded.runbook.auto_confirm),
         secrets=secrets,
         default_host=args.host,

@@ -17,7 +17,7 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from runbook.transports import Endpoint, Transport, TransportError
+from runbook.transports import Endpoint, HostKeyRefusal, Transport, TransportError
 
 PROTOCOL_VERSION = 1
 CLIENT_NAME = "eagle-tui"
@@ -125,7 +125,8 @@ class AgentConnection:
         self.closed.set()
 
 
-StatusCallback = Callable[[str, int, str | None], None]  # state, attempt, message
+# state, attempt, message, and the refused host key when that is why it failed
+StatusCallback = Callable[[str, int, str | None, HostKeyRefusal | None], None]
 
 
 class HostSession:
@@ -212,24 +213,24 @@ class HostSession:
         while True:
             attempt += 1
             state = "connecting" if first else "reconnecting"
-            self.on_status(state, attempt, None)
+            self.on_status(state, attempt, None, None)
             try:
                 conn = await self._connect_once()
             except TransportError as exc:
                 if exc.permanent or self._closing:
-                    self.on_status("failed", attempt, str(exc))
+                    self.on_status("failed", attempt, str(exc), exc.host_key)
                     raise
                 if self.max_attempts is not None and attempt >= self.max_attempts:
-                    self.on_status("failed", attempt, str(exc))
+                    self.on_status("failed", attempt, str(exc), exc.host_key)
                     raise
                 delay = min(self.max_backoff, 0.5 * 2 ** min(attempt - 1, 10))
                 delay *= 0.5 + random.random()  # jitter: many clients must not retry in lockstep
-                self.on_status(state, attempt, f"{exc}; retrying in {delay:.1f}s")
+                self.on_status(state, attempt, f"{exc}; retrying in {delay:.1f}s", None)
                 await asyncio.sleep(delay)
                 continue
             if not first:
                 self.reconnects += 1
-            self.on_status("connected", attempt, None)
+            self.on_status("connected", attempt, None, None)
             return conn
 
     async def call(self, op: str, timeout: float | None = None, **args: Any) -> dict[str, Any]:

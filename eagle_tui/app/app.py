@@ -29,7 +29,6 @@ from eagle_tui.app.actions import (
     STEP_GROUP,
     EngineActions,
 )
-from eagle_tui.app.hostkeys import unknown_host_key
 from eagle_tui.app.messages import EngineEvent
 from eagle_tui.app.quitting import LiveWork, ask_text, live_work
 from eagle_tui.app.screens.confirm import ConfirmScreen
@@ -56,7 +55,7 @@ from runbook.events import (
 )
 from runbook.plan import ordered_steps
 from runbook.state import RunLocked, StateWriteError
-from runbook.transports import TransportError
+from runbook.transports import TransportError, TransportOptions
 
 OPERATOR_ERRORS = (ValueError, KeyError)  # refused actions (e.g. skipping a running step)
 
@@ -82,7 +81,7 @@ class CockpitApp(EngineActions, HostTrust, App[int]):
         engine: Engine,
         run_id: str,
         *,
-        options: Any = None,
+        options: TransportOptions | None = None,
         clock: Callable[[], float] = time.time,
         keymap: dict[str, str] | None = None,
         keymap_problems: Iterable[str] = (),
@@ -145,8 +144,8 @@ class CockpitApp(EngineActions, HostTrust, App[int]):
                 severity="information" if ev.exit_code == EXIT_OK else "warning",
                 timeout=8,
             )
-        elif isinstance(ev, ConnectionChanged) and ev.state == "failed" and ev.message:
-            self.offer_trust(ev.host, ev.message)
+        elif isinstance(ev, ConnectionChanged) and ev.refused_key is not None:
+            self.offer_trust(ev.host, ev.refused_key, ev.message or "")
 
     def guard_results(self, sid: str) -> list[dict[str, Any]]:
         by_phase = self.guards.get(sid, {})
@@ -256,15 +255,15 @@ class CockpitApp(EngineActions, HostTrust, App[int]):
             return
         err = w.error
         if isinstance(err, TransportError):
-            found = unknown_host_key(err)
-            if found is not None:
+            found = err.host_key
+            if found is not None and found.kind == "unknown":
                 sid = w.name.split(":", 1)[1] if w.name.startswith("step:") else None
                 host = (
                     self.engine.host_of(self.engine.rb.step(sid))
                     if sid
                     else self.engine.default_host
                 )
-                self.offer_trust(host, err)
+                self.offer_trust(host, found, str(err))
                 return
             self.notify(f"{w.name}: {err}", severity="error", timeout=10)
             return

@@ -1,27 +1,33 @@
-"""Trusting an unknown SSH host key from the TUI (the hook of eagle_tui/app/hostkeys.py)."""
+"""Trusting an unknown SSH host key from the TUI (runbook/transports/hostkeys.py refuses it).
+
+The refusal arrives as fields (HostKeyRefusal, on the TransportError or the ConnectionChanged
+event). On "trust" the app makes new transport options trusting the fingerprint (as if
+`--trust-host` had been given), drops the refused session and connects again; the transport then
+records the key in known_hosts. A *changed* key is never offered for trust.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
 
 from textual.app import App
 
 from eagle_tui.app.actions import ENGINE_GROUP
-from eagle_tui.app.hostkeys import unknown_host_key
 from eagle_tui.app.screens.dialogs import AskScreen
 from runbook.engine import Engine
+from runbook.transports import HostKeyRefusal, TransportOptions
+from runbook.transports.factory import HostTransports
 
 
 class HostTrust(App[int]):
     """Mixin of CockpitApp: ask once per (host, fingerprint); on yes, reconnect trusting it."""
 
     engine: Engine
-    options: Any
+    options: TransportOptions | None
     _trust_offered: set[tuple[str, str]]
 
-    def offer_trust(self, host: str, refusal: BaseException | str) -> None:
-        found = unknown_host_key(refusal)
-        if found is None or (host, found.fingerprint) in self._trust_offered:
+    def offer_trust(self, host: str, found: HostKeyRefusal, message: str) -> None:
+        if found.kind != "unknown" or (host, found.fingerprint) in self._trust_offered:
             return
         self._trust_offered.add((host, found.fingerprint))
 
@@ -41,7 +47,7 @@ class HostTrust(App[int]):
         self.push_screen(
             AskScreen(
                 f"Unknown host key for {host}",
-                f"{found.message}\n\nTrust {found.fingerprint} for {host}? It is recorded in "
+                f"{message}\n\nTrust {found.fingerprint} for {host}? It is recorded in "
                 f"known_hosts, as with `--trust-host {found.fingerprint}`. Check it against the "
                 "box's real key first.",
                 yes="Trust and connect",
@@ -51,12 +57,12 @@ class HostTrust(App[int]):
         )
 
     async def trust_host(self, host: str, fingerprint: str) -> None:
-        """Reconnect with the fingerprint trusted: the transport factory reads `trust_host`."""
-        if self.options is not None:
-            trusted = list(getattr(self.options, "trust_host", None) or [])
-            if fingerprint not in trusted:
-                trusted.append(fingerprint)
-            self.options.trust_host = trusted
+        """Reconnect with the fingerprint trusted: new options, and a factory that uses them."""
+        self.options = (self.options or TransportOptions()).trusting(fingerprint)
+        if isinstance(self.engine.transports, HostTransports):
+            self.engine.transports = dataclasses.replace(
+                self.engine.transports, options=self.options
+            )
         old = self.engine.sessions.pop(host, None)
         if old is not None:
             await old.close()

@@ -27,6 +27,7 @@ from runbook.events import (
 from runbook.loader import LoadedRunbook
 from runbook.schema import Step
 from runbook.state import RunState, RunStore, StepRecord, list_runs, rechoose_run_id
+from runbook.transports import HostKeyRefusal
 
 
 class EngineCore:
@@ -232,11 +233,16 @@ class EngineCore:
     async def session(self, host: str) -> HostSession:
         if host not in self.sessions:
 
-            def on_status(state: str, attempt: int, message: str | None, host: str = host) -> None:
+            def on_status(
+                state: str,
+                attempt: int,
+                message: str | None,
+                refused: HostKeyRefusal | None,
+                host: str = host,
+            ) -> None:
                 ep = self.sessions[host].endpoint if host in self.sessions else None
-                self.emit(
-                    ConnectionChanged(host, state, attempt, message, ep.host_key if ep else None)
-                )
+                key = ep.host_key if ep else None
+                self.emit(ConnectionChanged(host, state, attempt, message, key, refused))
 
             config = self.rb.hosts.get(host)
             transport = self.transports(host) if config is None else self.transports(host, config)

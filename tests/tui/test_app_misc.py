@@ -9,7 +9,7 @@ from textual.command import CommandPalette
 from eagle_tui.app.screens.dialogs import AskScreen, ErrorScreen
 from eagle_tui.app.screens.main import ACTIONS
 from runbook.events import ConnectionChanged, HostStats
-from runbook.transports import Endpoint, TransportError
+from runbook.transports import Endpoint, HostKeyRefusal, TransportError
 from runbook.transports.local import LocalTransport
 
 from .helpers import SIZE, Events, opened, status, wait_for
@@ -79,18 +79,20 @@ async def test_worker_errors_become_notifications_or_a_modal_never_a_crash(env):
 
 class RefusingTransport:
     """Refuses like the SSH transport does an unknown host, until its fingerprint is trusted
-    through the CLI options (`--trust-host`), which the app edits when the operator agrees."""
+    through the CLI options (`--trust-host`), which the app replaces when the operator agrees."""
 
     def __init__(self, inner: LocalTransport, options) -> None:
         self.inner, self.options = inner, options
         self.endpoint = Endpoint("ssh", "gpu-box", host_key=None)
 
     async def open(self):
-        if FP not in (getattr(self.options, "trust_host", None) or []):
-            raise TransportError(
+        if FP not in self.options.trust_host:
+            err = TransportError(
                 f"gpu-box: unknown host key {FP} (not in known_hosts); to trust it: --trust-host {FP}",
                 permanent=True,
             )
+            err.host_key = HostKeyRefusal("unknown", "gpu-box", FP, "ssh-ed25519")
+            raise err
         self.endpoint = Endpoint("ssh", "gpu-box", host_key=FP)
         return await self.inner.open()
 
@@ -120,7 +122,7 @@ async def test_unknown_host_key_is_asked_about_then_trusted(env):
         await wait_for(
             pilot, lambda: events.of(HostStats), what="stats over the trusted connection"
         )
-        assert app.options.trust_host == [FP]
+        assert app.options.trust_host == (FP,)
         assert app.engine.sessions["gpu-box"] is not old
         connected = [e for e in events.of(ConnectionChanged) if e.state == "connected"]
         assert connected and connected[-1].host_key == FP
