@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from remote_agent.eagle3.progress import PREFIX as PROGRESS_PREFIX
+from remote_agent.progress import PREFIX as PROGRESS_PREFIX
 from runbook.events import (
     BLOCKED,
     CANCELLED,

@@ -18,10 +18,11 @@ MAX_LINE = 16 * 1024 * 1024  # a request line longer than this is refused, not b
 
 
 class AgentError(Exception):
-    """An error answered to the client as `{"type", "message"}`; never a traceback."""
+    """An error answered to the client as `{"type", "message"}`; never a traceback. The client
+    raises the same class from an error answer (runbook/agent_client.py)."""
 
     def __init__(self, type_: str, message: str) -> None:
-        super().__init__(message)
+        super().__init__(f"{type_}: {message}")
         self.type = type_
         self.message = message
 

@@ -17,19 +17,10 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from remote_agent.protocol import PROTOCOL_VERSION, AgentError  # one wire contract, both sides
 from runbook.transports import Endpoint, HostKeyRefusal, Transport, TransportError
 
-PROTOCOL_VERSION = 1
 CLIENT_NAME = "eagle-tui"
-
-
-class AgentError(Exception):
-    """The agent answered with an error."""
-
-    def __init__(self, type_: str, message: str) -> None:
-        super().__init__(f"{type_}: {message}")
-        self.type = type_
-        self.message = message
 
 
 class ConnectionLost(Exception):
