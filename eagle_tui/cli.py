@@ -205,7 +205,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     options = transport_options(args)
 
     if not args.auto and not args.dry_run:
-        from eagle_tui.app.main import run_app  # imported only for the TUI
+        from eagle_tui.app.launch import run_app  # imported only for the TUI
 
         return run_app(args, state_dir, overrides, secrets, run_id=run_id, options=options)
 
