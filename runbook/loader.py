@@ -5,6 +5,7 @@ Every problem is a RunbookError whose message reads `file:line:col: where: what 
 
 from __future__ import annotations
 
+import graphlib
 import hashlib
 import os
 from collections.abc import Mapping, Sequence
@@ -350,29 +351,12 @@ def _cross_checks(rb: Runbook, problems: _Problems) -> None:
 
 
 def _find_cycle(rb: Runbook) -> list[str] | None:
+    """One cycle of `requires`, in requires order (a -> b: a requires b), or None."""
     graph = {s.id: [r for r in s.requires if r != s.id] for s in rb.steps}
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        stack.append(node)
-        for nxt in graph.get(node, []):
-            if state.get(nxt) == 1:
-                return stack[stack.index(nxt) :] + [nxt]
-            if nxt in graph and state.get(nxt) is None:
-                found = visit(nxt)
-                if found:
-                    return found
-        stack.pop()
-        state[node] = 2
-        return None
-
-    for node in graph:
-        if state.get(node) is None:
-            found = visit(node)
-            if found:
-                return found
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as exc:
+        return list(reversed(exc.args[1]))  # graphlib lists it in "required by" order
     return None
 
 
