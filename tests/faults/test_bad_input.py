@@ -176,3 +176,23 @@ def test_requires_cycles_are_named_and_located(tally) -> None:
             and found[0].startswith(f"rb.yaml:{6 + 4 * start}:15: steps[{start}].requires:")
         )
         assert tally.trial("requires cycle named and located", held), (found, ring)
+
+
+LAX_SIZES = ["5kb!", "1GiB of it", "٣GiB", "1e3", "5.", "-1GiB", "0x10", "1,5GiB", "GiB", "1 G i B"]
+
+
+@pytest.mark.parametrize("size", LAX_SIZES)
+def test_lax_size_strings_refused_and_located(size: str, tally) -> None:
+    """ByteSize alone reads some of these (junk after the unit, any Unicode digit): never us."""
+    text = f"name: x\nsteps:\n  - id: a\n    title: t\n    run: echo\n    preconditions:\n      - check: disk_free\n        path: /\n        min: '{size}'\n"
+    try:
+        load_text(text, "rb.yaml")
+        problems: list[str] = []
+    except RunbookError as exc:
+        problems = list(exc.problems)
+    held = (
+        len(problems) == 1
+        and problems[0].startswith("rb.yaml:9:")
+        and f"cannot read size {size!r}" in problems[0]
+    )
+    assert tally.trial("lax size string refused, located", held), problems
