@@ -119,6 +119,7 @@ def bytes_to_text(data: bytes) -> str:
 
 
 def text_to_bytes(text: str) -> bytes:
+    """The client's inverse of bytes_to_text: the exact log bytes back."""
     return text.encode("utf-8", "surrogateescape")
 
 

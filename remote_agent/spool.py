@@ -213,6 +213,3 @@ class JobDir:
             return max(0.0, time.time() - self.path.stat().st_mtime)
         except OSError:
             return 0.0
-
-    def cancel_requested(self) -> bool:
-        return self.file(CANCEL).exists()

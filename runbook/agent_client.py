@@ -17,7 +17,7 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from remote_agent.protocol import PROTOCOL_VERSION, AgentError  # one wire contract, both sides
+from remote_agent.protocol import PROTOCOL_VERSION, AgentError, text_to_bytes  # one contract
 from runbook.transports import Endpoint, HostKeyRefusal, Transport, TransportError
 
 CLIENT_NAME = "eagle-tui"
@@ -25,11 +25,6 @@ CLIENT_NAME = "eagle-tui"
 
 class ConnectionLost(Exception):
     pass
-
-
-def decode_data(text: str) -> bytes:
-    """Log data travels as surrogate-escaped UTF-8; this gives back the exact bytes."""
-    return text.encode("utf-8", "surrogateescape")
 
 
 EventHandler = Callable[[dict[str, Any]], None]
@@ -270,7 +265,7 @@ class HostSession:
                         start, end = int(msg["offset"]), int(msg["next_offset"])
                         if end <= cursor:
                             continue  # already delivered (a watch racing a reconnect)
-                        data = decode_data(msg.get("data", ""))
+                        data = text_to_bytes(msg.get("data", ""))
                         if start < cursor:  # overlap: keep only the new bytes
                             data = data[cursor - start :]
                             start = cursor
@@ -287,7 +282,7 @@ class HostSession:
                         size = int(msg.get("log_size", cursor))
                         while cursor < size:  # by protocol never needed; cheap insurance
                             chunk = await conn.call("job.read", job_id=job_id, offset=cursor)
-                            data = decode_data(chunk.get("data", ""))
+                            data = text_to_bytes(chunk.get("data", ""))
                             if not data:
                                 break
                             end = int(chunk["next_offset"])

@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from remote_agent.atomic_write import write_atomic
-from runbook.events import DONE, PENDING, TERMINAL_BAD
+from runbook.events import DONE, PENDING
 
 
 def default_state_dir() -> Path:
@@ -71,9 +71,6 @@ class RunState(BaseModel):
 
     def all_done(self) -> bool:
         return all(r.status in DONE for r in self.steps.values())
-
-    def any_bad(self) -> bool:
-        return any(r.status in TERMINAL_BAD for r in self.steps.values())
 
 
 def new_run_id(name: str) -> str:
