@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 PROTOCOL_VERSION = 1
 MAX_LINE = 16 * 1024 * 1024  # a request line longer than this is refused, not buffered
@@ -50,7 +50,7 @@ class RequestError(Exception):
         self.error = error
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -70,7 +70,7 @@ def parse_request(line: bytes) -> Request:
     if not isinstance(obj, dict):
         raise RequestError(None, bad(f"request must be a JSON object, got {type(obj).__name__}"))
     rid = obj.get("id")
-    if not _is_int(rid):
+    if not isinstance(rid, int) or isinstance(rid, bool):
         raise RequestError(None, bad("request needs an integer 'id'"))
     op = obj.get("op")
     if not isinstance(op, str) or not op:
@@ -166,7 +166,7 @@ def arg_float(
         raise bad(f"args.{key} is required")
     if v is None and default is None:
         return None
-    if not (_is_int(v) or isinstance(v, float)) or not math.isfinite(v):
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
         raise bad(f"args.{key} must be a number")
     if positive and v <= 0:
         raise bad(f"args.{key} must be > 0")

@@ -63,7 +63,8 @@ class AgentConnection:
                     for handler in list(self._handlers):
                         handler(msg)
                     continue
-                fut = self._pending.pop(msg.get("id"), None)
+                rid = msg.get("id")
+                fut = self._pending.pop(rid, None) if isinstance(rid, int) else None
                 if fut is not None and not fut.done():
                     fut.set_result(msg)
         except (ConnectionError, asyncio.IncompleteReadError, OSError, ValueError):

@@ -11,9 +11,10 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from runbook.interpolate import InterpolationError, placeholders, resolve_vars, substitute
 from runbook.schema import CHECK_TYPES, Runbook, StepSucceeded
@@ -160,15 +161,15 @@ def _allowed_keys(body: Any, path: tuple[str | int, ...]) -> list[str]:
         for p in parent:
             node = node[p]
         kind = node.get("check") if isinstance(node, dict) else None
-        for m in schema.Check.__args__[0].__args__:
-            if m.model_fields["check"].annotation.__args__[0] == kind:
+        for m in get_args(get_args(schema.Check)[0]):  # Annotated[Union[...], discriminator]
+            if get_args(m.model_fields["check"].annotation)[0] == kind:
                 model = m
     if model is None:
         return []
     return [k for k in model.model_fields if k not in ("secret_env",)]
 
 
-def _friendly(err: dict[str, Any], body: Any = None, path: tuple[str | int, ...] = ()) -> str:
+def _friendly(err: ErrorDetails, body: Any = None, path: tuple[str | int, ...] = ()) -> str:
     kind, msg = err["type"], err["msg"]
     ctx = err.get("ctx") or {}
     if kind == "extra_forbidden":
@@ -264,8 +265,10 @@ def load_text(
     try:
         values = resolve_vars({k: v for k, v in merged.items() if k not in literal}, literal)
     except InterpolationError as exc:
-        var = exc.args[1] if len(exc.args) > 1 else None
-        problems.add(("vars", var) if var in raw_vars else ("vars",), str(exc.args[0]))
+        message, *about = exc.args  # (message, variable name) or (message,)
+        var = about[0] if about else None
+        where = ("vars", var) if isinstance(var, str) and var in raw_vars else ("vars",)
+        problems.add(where, str(message))
 
     body = {k: v for k, v in data.items() if k not in ("vars", "secrets")}
     steps = body.get("steps")

@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runbook import audit_seal, box_claim
 from runbook.agent_client import HostSession
@@ -29,9 +29,43 @@ from runbook.schema import Step
 from runbook.state import RunState, RunStore, StepRecord, list_runs, rechoose_run_id
 from runbook.transports import HostKeyRefusal
 
+if TYPE_CHECKING:
+    from runbook.agent_client import AgentError
+    from runbook.engine.launchguards import GuardsChanged
+    from runbook.schema import StepSucceeded
+
 
 class EngineCore:
     """Events, persisted state, the audit, host sessions; the other parts build on it."""
+
+    if TYPE_CHECKING:  # what the mixins (runbook/engine/*.py) provide one another, for pyright
+
+        async def evaluate(self, step: Step, checks: list, phase: str) -> list[dict[str, Any]]: ...
+        def pre_checks(self, step: Step) -> list[Any]: ...
+        def _step_succeeded(self, check: StepSucceeded) -> dict[str, Any]: ...
+        async def _confirm(self, step: Step, pre: list[dict[str, Any]]) -> bool: ...
+        async def _serve(self, step: Step, rec: StepRecord, reattach: bool) -> str: ...
+        async def _stop_service(self, step: Step, rec: StepRecord) -> str: ...
+        async def _finish_ok_or_post(
+            self,
+            step: Step,
+            rec: StepRecord,
+            start: float,
+            job_end: dict[str, Any] | None,
+            service_exited: bool = False,
+        ) -> str: ...
+        def launch_guards(self, step: Step, rec: StepRecord) -> list[dict[str, Any]] | None: ...
+        def refused_at_launch(self, exc: AgentError) -> GuardsChanged | None: ...
+        def record_launch_guards(
+            self, step: Step, rec: StepRecord, results: list[dict]
+        ) -> None: ...
+        def block_changed(self, step: Step, rec: StepRecord, exc: GuardsChanged) -> str: ...
+        async def _follow(self, step: Step, rec: StepRecord, host: str) -> dict[str, Any]: ...
+        async def _ensure_started(
+            self, step: Step, rec: StepRecord, host: str, reattach: bool
+        ) -> None: ...
+        def _unreachable(self, step: Step, rec: StepRecord, host: str, exc: Exception) -> str: ...
+        async def _stats_loop(self, host: str) -> None: ...
 
     def __init__(
         self,

@@ -164,7 +164,7 @@ class SshTransport:
             host,
             getattr(config, "ssh", None) or host,
             state_dir,
-            known_hosts=options.known_hosts,
+            known_hosts=Path(options.known_hosts) if options.known_hosts else None,
             ssh_config=[options.ssh_config] if options.ssh_config else None,
             trusted=lambda: trusted,
             python=getattr(config, "python", None) or "python3",
