@@ -17,7 +17,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -44,16 +43,6 @@ finish()
 """
 
 LINE_RE = re.compile(r"│ (s\d+ \d{5})\s*$")
-
-
-def wait_for(pred, timeout: float = 30.0, what: str = "condition", interval: float = 0.01):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Rig:

@@ -14,8 +14,7 @@ import time
 from pathlib import Path
 
 from remote_agent.atomic_write import TEMP_MARK, atomic_path, write_atomic
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
 
 # A record that proves itself whole: generation, payload, sha256 of both.
 WRITER = r"""

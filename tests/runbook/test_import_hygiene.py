@@ -2,9 +2,8 @@
 
 import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
 
 
 def test_runbook_modules_do_not_import_textual():

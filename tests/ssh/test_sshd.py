@@ -16,8 +16,10 @@ import pytest
 
 from runbook.audit import verify
 from runbook.transports import FINGERPRINT_RE, TransportError, TransportOptions
+from tests.support.paths import REPO
+from tests.support.waiting import wait_for
 
-from .helpers import REPO, OutputTail, host_block, wait_for
+from .helpers import OutputTail, host_block
 from .sshd import cmdline, keygen, pubkey_fingerprint
 
 pytestmark = pytest.mark.sshd

@@ -26,8 +26,7 @@ from runbook.transports.hostkeys import (
 )
 from runbook.transports.local import LocalTransport
 from runbook.transports.ssh import SshTransport, parse_target, remote_path, sh
-
-from .helpers import REPO
+from tests.support.paths import REPO
 
 
 # ---------------------------------------------------------------------- the zipapp

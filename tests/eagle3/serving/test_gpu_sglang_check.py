@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from test_sglang_launch import flags_of
 
-REPO = Path(__file__).resolve().parents[3]
+from tests.support.paths import REPO
+
 SCRIPT = REPO / "bench" / "gpu_sglang.sh"
 RUNBOOK = REPO / "runbooks" / "gpu-sglang-check.yaml"
 
