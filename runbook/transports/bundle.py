@@ -20,7 +20,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from remote_agent.atomic_write import write_atomic
+from remote_agent.atomic_write import TEMP_MARK, write_atomic
 
 REPO = Path(__file__).resolve().parents[2]
 # what `zipapp.create_archive(main="remote_agent.__main__:entry")` writes
@@ -52,7 +52,7 @@ def source_files(root: Path = REPO) -> list[tuple[str, Path]]:
         for dirpath, dirnames, filenames in os.walk(top):
             dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
             for fn in filenames:
-                if fn.endswith(SKIP_SUFFIXES):
+                if fn.endswith(SKIP_SUFFIXES) or TEMP_MARK in fn:  # nor a write in progress
                     continue
                 p = Path(dirpath) / fn
                 found.append((p.relative_to(root).as_posix(), p))
