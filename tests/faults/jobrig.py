@@ -22,6 +22,7 @@ from typing import Any
 
 from remote_agent.procs import is_alive
 from tests.runbook.conftest import Cli
+from tests.support.waiting import wait_for  # noqa: F401  (re-exported: attack files import it here)
 
 JOB = """\
 import os, signal, sys, time

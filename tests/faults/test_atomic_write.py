@@ -35,12 +35,14 @@ if how == "stall":  # half written, never renamed: the parent kills it here
         print("mid", flush=True)
         time.sleep(60)
 elif how == "loop":
+    print("go", flush=True)  # started: the parent's random delay now lands among the writes
     gen = 1
     while True:
         with AtomicWriter(path) as f:
             f.write(record(gen))
         gen += 1
 elif how == "dirloop":
+    print("go", flush=True)
     gen = 1
     while True:
         with atomic_path(path) as tmp:
@@ -89,12 +91,14 @@ def test_kill_between_write_and_rename_leaves_the_old_file(tmp_path: Path, tally
 def test_kill_at_a_random_moment_leaves_old_or_new_never_partial(tmp_path: Path, tally) -> None:
     rng = random.Random(19)
     path = tmp_path / "record.bin"
+    path.write_bytes(b"0:" + hashlib.sha256(b"0:").hexdigest().encode())  # generation 0: the old
     last = 0
     for _ in range(10):
         proc = _start(path, "loop")
-        time.sleep(rng.uniform(0.05, 0.4))
+        assert proc.stdout and proc.stdout.readline().strip() == "go"
+        time.sleep(rng.uniform(0.02, 0.3))
         _kill(proc)
-        gen = _whole(path.read_bytes()) if path.exists() else None
+        gen = _whole(path.read_bytes())
         held = gen is not None  # some complete generation, never a torn one
         assert tally.trial("atomic write: kill -9 at a random moment (file)", held)
         last = max(last, gen or 0)
@@ -106,7 +110,8 @@ def test_kill_while_replacing_a_directory_never_leaves_a_partial_one(tmp_path: P
     path = tmp_path / "step-00000001"
     for _ in range(6):
         proc = _start(path, "dirloop")
-        time.sleep(rng.uniform(0.05, 0.4))
+        assert proc.stdout and proc.stdout.readline().strip() == "go"
+        time.sleep(rng.uniform(0.02, 0.3))
         _kill(proc)
         # Delete-then-rename may leave no directory; a present one is whole and of one generation.
         if path.exists():
