@@ -1,6 +1,7 @@
 """The progress contract: machine-readable progress and metric lines in a job's log.
 
-Jobs (the eagle3 payload) print them; the engine and the TUI parse them (runbook/logsplit.py).
+Jobs (the eagle3 payload, remote_agent/eagle3/progress.py) print them; the engine and the TUI
+parse them (runbook/logsplit.py).
 Both sides already depend on the agent core, so the contract lives here, stdlib-only.
 
 Every line is `@@eagle3 ` followed by one JSON object with a `kind` key, written to stderr so
@@ -16,17 +17,14 @@ Humans read the same log, so each machine line is short and the surrounding pros
 from __future__ import annotations
 
 import json
-import sys
-from typing import Any, TextIO
+from typing import Any
 
 PREFIX = "@@eagle3 "
 
 
-def emit(kind: str, stream: TextIO | None = None, **fields: Any) -> None:
-    record = {"kind": kind, **fields}
-    out = stream if stream is not None else sys.stderr
-    out.write(PREFIX + json.dumps(record, separators=(",", ":"), default=str) + "\n")
-    out.flush()
+def format_record(record: dict[str, Any]) -> str:
+    """One machine line (no newline) for a record with a `kind` key."""
+    return PREFIX + json.dumps(record, separators=(",", ":"), default=str)
 
 
 def parse(line: str) -> dict[str, Any] | None:

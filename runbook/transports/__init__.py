@@ -42,6 +42,7 @@ class TransportOptions:
     known_hosts: str | None = None
     ssh_config: str | None = None
     trust_host: tuple[str, ...] = ()
+    python: str | None = None  # `--python`: the box's python for a host not in `hosts:`
 
     def trusting(self, fingerprint: str) -> TransportOptions:
         if fingerprint in self.trust_host:
