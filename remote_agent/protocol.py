@@ -128,12 +128,18 @@ def text_to_bytes(text: str) -> bytes:
 _MISSING: Any = object()
 
 
-def arg_str(
-    args: dict[str, Any], key: str, default: Any = _MISSING, *, nullable: bool = False
-) -> Any:
+def _given(args: dict[str, Any], key: str, default: Any) -> Any:
+    """args[key], else `default`; a required argument (no default) that is absent is refused."""
     v = args.get(key, default)
     if v is _MISSING:
         raise bad(f"args.{key} is required")
+    return v
+
+
+def arg_str(
+    args: dict[str, Any], key: str, default: Any = _MISSING, *, nullable: bool = False
+) -> Any:
+    v = _given(args, key, default)
     if v is None and (nullable or default is None):
         return None
     if not isinstance(v, str):
@@ -146,9 +152,7 @@ def arg_str(
 def arg_int(
     args: dict[str, Any], key: str, default: Any = _MISSING, *, minimum: int | None = 0
 ) -> Any:
-    v = args.get(key, default)
-    if v is _MISSING:
-        raise bad(f"args.{key} is required")
+    v = _given(args, key, default)
     if v is None and default is None:
         return None
     if not _is_int(v):
@@ -161,9 +165,7 @@ def arg_int(
 def arg_float(
     args: dict[str, Any], key: str, default: Any = _MISSING, *, positive: bool = True
 ) -> Any:
-    v = args.get(key, default)
-    if v is _MISSING:
-        raise bad(f"args.{key} is required")
+    v = _given(args, key, default)
     if v is None and default is None:
         return None
     if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
