@@ -79,9 +79,21 @@ def write_prompts(data: Path, out: Path, limit: int, max_chars: int = 1500) -> i
     return len(rows)
 
 
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return json.loads(r.read())
+
+
 def save_server_info(url: str, out: Path) -> dict[str, Any]:
-    with urllib.request.urlopen(url.rstrip("/") + "/server_info", timeout=30) as r:
-        info = json.loads(r.read())
+    """/server_info plus the context length SGLang derived (0.5.14's server_info has none at the
+    top level: /v1/models reports it as max_model_len)."""
+    info = _get(url.rstrip("/") + "/server_info")
+    if info.get("context_length") is None:
+        try:
+            cards = _get(url.rstrip("/") + "/v1/models").get("data") or [{}]
+            info["served_context_length"] = cards[0].get("max_model_len")
+        except (OSError, ValueError) as exc:
+            info["served_context_length_error"] = str(exc)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(info, indent=1, default=str))
     return info
@@ -230,12 +242,14 @@ def _stages(state: Path) -> dict[str, Any]:
 def report(work: Path, state: Path, extra: dict) -> dict:
     w = Path(work)
     info = _load(w / "server-info-extract.json")
+    serve_info = _load(w / "server-info-serve.json")
     vs = _load(w / "sglang-dumps" / "canary" / "vs-sglang.json")
     accept = _load(w / "accept.json")
     ref = _load(w / "reference-accept.json")
     res: dict[str, Any] = {
         "sglang_version": extra.get("sglang_version", "0.5.14"),
-        "target_context_length": info.get("context_length") if isinstance(info, dict) else None,
+        "target_context_length": _context_length(info),
+        "serve_context_length": _context_length(serve_info),
         "dumps_vs_reference": _load(w / "dumps-vs-reference.json"),
         "dumps_vs_sglang_hidden_states": {
             k: vs.get(k)
@@ -261,9 +275,14 @@ def report(work: Path, state: Path, extra: dict) -> dict:
         "commands": {"script": "bash bench/gpu_sglang.sh", **_commands(state)},
         **extra,
     }
-    if isinstance(info, dict) and "context_length" not in info:
-        res["target_context_length_note"] = "server_info had no context_length key"
     return res
+
+
+def _context_length(info: Any) -> int | None:
+    if not isinstance(info, dict):
+        return None
+    value = info.get("context_length") or info.get("served_context_length")
+    return int(value) if value else None
 
 
 def _commands(state: Path) -> dict[str, Any]:

@@ -191,3 +191,35 @@ def test_script_shell_is_sound():
             assert "2>&1" not in line, line
     assert "runbooks/gpu-sglang-check.yaml" in text and "--auto --yes" in text
     assert "STAGE" in text and "rich" in text  # the engine's deps are listed for the integrator
+
+
+def test_server_info_records_the_served_context_length(check, tmp_path):
+    """0.5.14's /server_info has no context_length: /v1/models' max_model_len is recorded (a
+    local http.server answering with those two documents; SGLang itself runs on the GPU)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    docs = {"/server_info": {"version": "0.5.14", "speculative_algorithm": "EAGLE3"},
+            "/v1/models": {"data": [{"id": "m", "max_model_len": 262144}]}}  # fmt: skip
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            body = json.dumps(docs[self.path]).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        out = tmp_path / "info.json"
+        info = check.save_server_info(f"http://127.0.0.1:{httpd.server_address[1]}", out)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert info["served_context_length"] == 262144
+    assert check._context_length(json.loads(out.read_text())) == 262144
