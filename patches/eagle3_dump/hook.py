@@ -222,7 +222,8 @@ def validate(model, hidden_states, aux, settings: Settings) -> tuple[int, int, l
     if not getattr(model, "capture_aux_hidden_states", False) or aux is None:
         raise DumpConfigError(
             "EAGLE3_DUMP_DIR is set but aux hidden-state capture is off: start SGLang with "
-            "--enable-return-aux-hidden-states --speculative-algorithm EAGLE3"
+            "--enable-return-aux-hidden-states --speculative-algorithm EAGLE3 (0.5.23), or with "
+            "an EAGLE3 drafter (0.5.14: `eagle3 sglang-launch extract --draft-model DIR`)"
         )
     config = model.config
     hidden, layers = int(config.hidden_size), int(config.num_hidden_layers)
@@ -232,7 +233,8 @@ def validate(model, hidden_states, aux, settings: Settings) -> tuple[int, int, l
         raise DumpConfigError(
             f"the model captures layers {ids} but {expected} are expected "
             "(EAGLE3_DUMP_LAYER_IDS, default [2, L//2, L-3]); check "
-            "--return-aux-hidden-state-layer-ids (SGLang adds 1 to every id when the first is 1)"
+            "--return-aux-hidden-state-layer-ids, or on 0.5.14 the drafter's eagle_config "
+            "(SGLang adds 1 to every id when the first is 1)"
         )
     if len(set(ids)) != len(ids) or not all(0 < i < layers for i in ids):
         raise DumpConfigError(f"capture layers {ids} must be distinct and inside (0, {layers})")
