@@ -140,18 +140,6 @@ def _rank_tag(model) -> int | None:
     return _rank
 
 
-def _plain_extend(mode) -> bool:
-    if not mode.is_extend():
-        return False
-    if mode.is_target_verify() or mode.is_mixed() or mode.is_idle():
-        return False
-    for name in ("is_split_prefill", "is_dllm_extend", "is_draft_extend_v2"):
-        check = getattr(mode, name, None)
-        if check is not None and check():
-            return False
-    return True
-
-
 def _capturing() -> bool:
     import torch
 
@@ -163,7 +151,7 @@ def _capturing() -> bool:
 
 def dump(model, forward_batch, hidden_states, aux_hidden_states) -> None:
     """Entry point from the patched forward (see the module docstring)."""
-    if not _plain_extend(forward_batch.forward_mode) or _capturing():
+    if not compat.plain_extend(forward_batch.forward_mode) or _capturing():
         return
     rids = getattr(forward_batch, "rids", None)
     if not rids:
