@@ -5,7 +5,8 @@
 # SGLang's own return_hidden_states, two requests batched), `extract --server`, dumps vs the
 # reference, drafter trained on the SGLang dumps, `sglang-launch serve` (EAGLE3), serve-check,
 # accept vs the reference decoder, revert + byte check. -> $OUT/sglang-real.json + logs.
-#   run: carry [".whl"], command: bash bench/gpu_sglang.sh          (SIZES=quick for a smoke run)
+#   run: carry [".whl"], command: bash bench/gpu_sglang.sh          (SIZES=quick for a smoke run;
+#   BUDGET_S=560: staging + runbook stop by then so the report is always written)
 #
 # STAGE (the integrator puts these in .whl/sgl/, one carry), either
 #   .whl/sgl/site.tar.xz         bench/stage_sglang.sh: sglang 0.5.14, its slim kernel, the serving
@@ -83,23 +84,28 @@ if [ "${SIZES:-}" = quick ]; then
   SETS=(--set target_steps=20 --set per_source=48 --set prompts=16 --set draft_steps=20 --set accept_n=8)
 fi
 stage_start runbook
+# the device allows 10 minutes a command: staging + runbook end by BUDGET_S, the report follows
+END=$(( t0 + ${BUDGET_S:-560} ))
+RBRC=125
+run_rb() {  # run_rb [--only STEP]: the engine, bounded by what is left of the budget
+  local left=$(( END - $(date +%s) ))
+  [ $left -le 5 ] && { echo "no time left for $*" >> $OUT/runbook.log; return 124; }
+  timeout -s TERM $left setsid python3 -m eagle_tui.cli run runbooks/gpu-sglang-check.yaml \
+    --auto --yes --quiet --state-dir $STATE ${SETS[@]+"${SETS[@]}"} "$@" >> $OUT/runbook.log 2>&1
+}
 if [ $ENGINE -eq 0 ]; then
-  setsid python3 -m eagle_tui.cli run runbooks/gpu-sglang-check.yaml --auto --yes --quiet \
-    --state-dir $STATE "${SETS[@]}" > $OUT/runbook.log 2>&1 &
-  RB=$!; wait $RB; RBRC=$?
-  kill -TERM -- -$RB 2>/dev/null  # a service the engine left running (it stops at the first failure)
+  run_rb; RBRC=$?
 else
-  RBRC=125; echo "eagle-tui does not import (deps not staged?): see engine-import.log" > $OUT/runbook.log
+  echo "eagle-tui does not import (deps not staged?): see engine-import.log" > $OUT/runbook.log
 fi
 echo "runbook rc=$RBRC"; tail -30 $OUT/runbook.log
-if [ $ENGINE -eq 0 ] && [ $RBRC -ne 0 ]; then
+if [ $ENGINE -eq 0 ] && [ $RBRC -ne 0 ] && [ $RBRC -ne 124 ]; then
   # the engine stops at the first step that fails: run each step not yet tried on its own, so
   # whatever does not depend on the failure still runs (the engine still enforces `requires`)
   python3 -m eagle_tui.cli status --state-dir $STATE --json > $OUT/state-first.json 2>/dev/null
   for sid in $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' '.join(k for k,v in d['steps'].items() if v['status'] in ('pending','blocked')))" $OUT/state-first.json); do
     echo "== --only $sid" >> $OUT/runbook.log
-    setsid python3 -m eagle_tui.cli run runbooks/gpu-sglang-check.yaml --auto --yes --quiet \
-      --state-dir $STATE --only $sid "${SETS[@]}" >> $OUT/runbook.log 2>&1
+    run_rb --only $sid || [ $? -ne 124 ] || break
   done
 fi
 stage_end runbook
