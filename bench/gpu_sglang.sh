@@ -21,7 +21,8 @@ set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-S=/tmp/site; W=.whl/sgl; WORK=/tmp/sglang-check; STATE=/tmp/sglang-check-state
+S=${SITE:-/tmp/site}; W=${WHL:-.whl/sgl}; WORK=${WORK:-/tmp/sglang-check}; STATE=${STATE:-/tmp/sglang-check-state}
+ST=${STUBS_DIR:-/tmp/stubs}; BIN=${BIN_DIR:-/tmp/bin}  # all overridable for a CPU rehearsal
 T=$S/sglang/srt/models/deepseek_v2.py
 PRISTINE=947fdc256101f538a668090f82e5eb5f888e2434f2bbbf69a99cdaa628cf902e
 t0=$(date +%s)
@@ -31,9 +32,9 @@ stage_end() { SECS[$1]=$(( $(date +%s) - ts )); }
 
 # ---- staging (a warm machine keeps /tmp: start clean) ----
 stage_start staging
-rm -rf $S /tmp/stubs $WORK $STATE; mkdir -p $S /tmp/stubs /tmp/bin
-ln -sf "$(command -v python3)" /tmp/bin/python  # runbook steps say `python`
-export PATH=/tmp/bin:$PATH
+rm -rf $S $ST $WORK $STATE; mkdir -p $S $ST $BIN
+ln -sf "$(command -v python3)" $BIN/python  # runbook steps say `python`
+export PATH=$BIN:$PATH
 if [ -f $W/site.tar.xz ]; then
   tar xJf $W/site.tar.xz -C $S; FIRST=""; echo "staged site.tar.xz" > $OUT/staging.log
 else
@@ -43,10 +44,10 @@ else
   tar xzf $W/sgl_kernel.tgz -C $S; FIRST=$S:
 fi
 # transformers 5.17 (the image's) already registers configs sglang 0.5.14 (pinned 5.8.1) registers again
-cat > /tmp/stubs/sitecustomize.py <<'PYX'
-import sys
-if "/tmp/site" not in sys.path:  # at the end: what the image has wins (site.tar.xz layout)
-    sys.path.append("/tmp/site")
+echo "import sys; _S = '$S'" > $ST/sitecustomize.py
+cat >> $ST/sitecustomize.py <<'PYX'
+if _S not in sys.path:  # at the end: what the image has wins (site.tar.xz layout)
+    sys.path.append(_S)
 try:
     from transformers.models.auto import configuration_auto as _ca
     _orig = _ca._LazyConfigMapping.register
@@ -66,12 +67,12 @@ try:
 except Exception as e:
     print("sitecustomize:", e)
 PYX
-export PYTHONPATH=${FIRST}/tmp/stubs:$PWD
+export PYTHONPATH=${FIRST}$ST:$PWD
 STUBS=""
 for i in $(seq 30); do  # optional modules not carried are stubbed and listed in the results
   err=$(python3 -c "import sglang.srt.models.deepseek_v2, sglang.srt.entrypoints.http_server, sglang.srt.models.llama_eagle3" 2>&1 | grep -oE "No module named '[^']+'" | head -1 | sed "s/No module named '//; s/'//")
   [ -z "$err" ] && break
-  STUBS="$STUBS $err"; d=/tmp/stubs/$(echo $err | tr . /); mkdir -p $d
+  STUBS="$STUBS $err"; d=$ST/$(echo $err | tr . /); mkdir -p $d
   printf 'def __getattr__(n):\n    if n.startswith("__"): raise AttributeError(n)\n    return type(n, (), {"__init__": lambda s,*a,**k: None, "__call__": lambda s,*a,**k: None})\n' > $d/__init__.py
 done
 echo "stubs:$STUBS"
@@ -79,9 +80,12 @@ python3 -c "import eagle_tui.cli" > $OUT/engine-import.log 2>&1; ENGINE=$?
 stage_end staging
 
 # ---- the pipeline, through the runbook engine (per-step seconds and errors in its state) ----
-SETS=()
+SETS=(--set site=$S --set work=$WORK)
 if [ "${SIZES:-}" = quick ]; then
-  SETS=(--set target_steps=20 --set per_source=48 --set prompts=16 --set draft_steps=20 --set accept_n=8)
+  SETS+=(--set target_steps=20 --set per_source=48 --set prompts=16 --set draft_steps=20 --set accept_n=8)
+fi
+if [ -n "${EXTRA_SETS:-}" ]; then  # e.g. "preset=ci device=cpu" for a CPU rehearsal
+  for kv in $EXTRA_SETS; do SETS+=(--set "$kv"); done
 fi
 stage_start runbook
 # the device allows 10 minutes a command: staging + runbook end by BUDGET_S, the report follows
@@ -91,7 +95,7 @@ run_rb() {  # run_rb [--only STEP]: the engine, bounded by what is left of the b
   local left=$(( END - $(date +%s) ))
   [ $left -le 5 ] && { echo "no time left for $*" >> $OUT/runbook.log; return 124; }
   timeout -s TERM $left setsid python3 -m eagle_tui.cli run runbooks/gpu-sglang-check.yaml \
-    --auto --yes --quiet --state-dir $STATE ${SETS[@]+"${SETS[@]}"} "$@" >> $OUT/runbook.log 2>&1
+    --auto --yes --quiet --state-dir $STATE "${SETS[@]}" "$@" >> $OUT/runbook.log 2>&1
 }
 if [ $ENGINE -eq 0 ]; then
   run_rb; RBRC=$?
