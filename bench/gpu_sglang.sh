@@ -43,36 +43,43 @@ else
   python3 -c "import zipfile,glob; zipfile.ZipFile(glob.glob('$W/sglang-0.5.14-*.whl')[0]).extractall('$S')"
   tar xzf $W/sgl_kernel.tgz -C $S; FIRST=$S:
 fi
-# transformers 5.17 (the image's) already registers configs sglang 0.5.14 (pinned 5.8.1) registers again
-echo "import sys; _S = '$S'" > $ST/sitecustomize.py
-cat >> $ST/sitecustomize.py <<'PYX'
+# Only SGLang's processes get the compat shims and the stubs (in every other process a stub of a
+# missing optional module would make transformers think it is there): the server is recognised
+# by its command line, its spawned schedulers by the variable it sets.
+mkdir -p $ST/site $ST/mods
+echo "import os, sys; _S, _M = '$S', '$ST/mods'" > $ST/site/sitecustomize.py
+cat >> $ST/site/sitecustomize.py <<'PYX'
 if _S not in sys.path:  # at the end: what the image has wins (site.tar.xz layout)
     sys.path.append(_S)
-try:
-    from transformers.models.auto import configuration_auto as _ca
-    _orig = _ca._LazyConfigMapping.register
-    def _reg(self, key, value, exist_ok=False):
-        return _orig(self, key, value, exist_ok=True)
-    _ca._LazyConfigMapping.register = _reg
-    from transformers import AutoModel, AutoProcessor, AutoTokenizer, AutoImageProcessor
-    for _c in (AutoModel, AutoProcessor, AutoTokenizer, AutoImageProcessor):
-        _o = _c.register
-        def _r(*a, _o=_o, **k):
-            k["exist_ok"] = True
-            try:
-                return _o(*a, **k)
-            except TypeError:
-                k.pop("exist_ok"); return _o(*a, **k)
-        _c.register = _r
-except Exception as e:
-    print("sitecustomize:", e)
+if "sglang.launch_server" in " ".join(getattr(sys, "orig_argv", [])):
+    os.environ["EAGLE3_SGLANG_SHIMS"] = "1"
+if os.environ.get("EAGLE3_SGLANG_SHIMS"):
+    sys.path.append(_M)  # after everything: only modules missing everywhere are stubbed
+    try:  # transformers 5.17 (the image's) registers configs sglang 0.5.14 registers again
+        from transformers.models.auto import configuration_auto as _ca
+        _orig = _ca._LazyConfigMapping.register
+        def _reg(self, key, value, exist_ok=False):
+            return _orig(self, key, value, exist_ok=True)
+        _ca._LazyConfigMapping.register = _reg
+        from transformers import AutoModel, AutoProcessor, AutoTokenizer, AutoImageProcessor
+        for _c in (AutoModel, AutoProcessor, AutoTokenizer, AutoImageProcessor):
+            _o = _c.register
+            def _r(*a, _o=_o, **k):
+                k["exist_ok"] = True
+                try:
+                    return _o(*a, **k)
+                except TypeError:
+                    k.pop("exist_ok"); return _o(*a, **k)
+            _c.register = _r
+    except Exception as e:
+        print("sitecustomize:", e, file=sys.stderr)  # never on stdout: callers parse it
 PYX
-export PYTHONPATH=${FIRST}$ST:$PWD
+export PYTHONPATH=${FIRST}$ST/site:$PWD
 STUBS=""
 for i in $(seq 30); do  # optional modules not carried are stubbed and listed in the results
-  err=$(python3 -c "import sglang.srt.models.deepseek_v2, sglang.srt.entrypoints.http_server, sglang.srt.models.llama_eagle3" 2>&1 | grep -oE "No module named '[^']+'" | head -1 | sed "s/No module named '//; s/'//")
+  err=$(EAGLE3_SGLANG_SHIMS=1 python3 -c "import sglang.srt.models.deepseek_v2, sglang.srt.entrypoints.http_server, sglang.srt.models.llama_eagle3" 2>&1 | grep -oE "No module named '[^']+'" | head -1 | sed "s/No module named '//; s/'//")
   [ -z "$err" ] && break
-  STUBS="$STUBS $err"; d=$ST/$(echo $err | tr . /); mkdir -p $d
+  STUBS="$STUBS $err"; d=$ST/mods/$(echo $err | tr . /); mkdir -p $d
   printf 'def __getattr__(n):\n    if n.startswith("__"): raise AttributeError(n)\n    return type(n, (), {"__init__": lambda s,*a,**k: None, "__call__": lambda s,*a,**k: None})\n' > $d/__init__.py
 done
 echo "stubs:$STUBS"

@@ -189,6 +189,10 @@ def test_script_shell_is_sound():
     for line in text.splitlines():
         if "--json" in line and ">" in line:
             assert "2>&1" not in line, line
+    # the staged sitecustomize runs in every python process: it must never print on stdout
+    # (a CPU rehearsal found it corrupting `eagle-tui status --json > state.json`)
+    site = text[text.index("sitecustomize.py <<'PYX'") : text.index("\nPYX\n")]
+    assert all("file=sys.stderr" in line for line in site.splitlines() if "print(" in line)
     assert "runbooks/gpu-sglang-check.yaml" in text and "--auto --yes" in text
     assert "STAGE" in text and "rich" in text  # the engine's deps are listed for the integrator
 
