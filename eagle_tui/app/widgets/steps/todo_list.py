@@ -10,8 +10,9 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable
 
-from eagle_tui.app.format import duration_text, guard_summary
-from eagle_tui.headless import ICONS, STYLES
+from eagle_tui.app.format import duration_text
+from eagle_tui.present import guards as guard_view
+from eagle_tui.present.status import ICONS, STYLES
 from runbook.events import PENDING, RUNNING, SUCCEEDED
 from runbook.state import StepRecord
 
@@ -80,7 +81,7 @@ class TodoList(DataTable):
             sid_text,
             Text(title, style=title_style),
             Text(duration_text(rec, now), style="dim"),
-            guard_summary(guards),
+            guard_view.summary(guard_view.current(guards, rec.status)),
             note_text(rec),
         ]
 
