@@ -227,3 +227,22 @@ def test_server_info_records_the_served_context_length(check, tmp_path):
         httpd.server_close()
     assert info["served_context_length"] == 262144
     assert check._context_length(json.loads(out.read_text())) == 262144
+
+
+def test_kimi_gpu_preset_has_kimis_mla_dims_and_context():
+    """The target the GPU check builds: Kimi-K2.5's MLA head dims and context settings."""
+    from remote_agent.eagle3 import tiny
+
+    c = tiny.deepseek_config(tiny.PRESETS["kimi-gpu"], 16384, 2, 3)
+    assert (c.kv_lora_rank, c.qk_rope_head_dim, c.qk_nope_head_dim, c.v_head_dim) == (
+        512,
+        64,
+        128,
+        128,
+    )
+    assert c.max_position_embeddings == 262144
+    rope = c.rope_scaling
+    assert rope["rope_type"] == "yarn" and rope["factor"] == 64.0
+    assert rope["original_max_position_embeddings"] == 4096
+    n = c.num_hidden_layers
+    assert len({2, n // 2, n - 3}) == 3  # distinct default capture layers
