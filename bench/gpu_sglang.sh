@@ -113,10 +113,13 @@ echo "runbook rc=$RBRC"; tail -30 $OUT/runbook.log
 if [ $ENGINE -eq 0 ] && [ $RBRC -ne 0 ] && [ $RBRC -ne 124 ]; then
   # the engine stops at the first step that fails: run each step not yet tried on its own, so
   # whatever does not depend on the failure still runs (the engine still enforces `requires`)
-  python3 -m eagle_tui.cli status --state-dir $STATE --json > $OUT/state-first.json 2>/dev/null
-  for sid in $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' '.join(k for k,v in d['steps'].items() if v['status'] in ('pending','blocked')))" $OUT/state-first.json); do
-    echo "== --only $sid" >> $OUT/runbook.log
-    run_rb --only $sid || [ $? -ne 124 ] || break
+  TRIED=""
+  while :; do  # only steps whose requires all succeeded (each engine start costs seconds)
+    python3 -m eagle_tui.cli status --state-dir $STATE --json > $OUT/state-now.json 2>/dev/null
+    next=$(python3 bench/gpu_sglang_check.py runnable --state $OUT/state-now.json --tried "$TRIED" | cut -d' ' -f1)
+    [ -z "$next" ] && break
+    TRIED="$TRIED $next"; echo "== --only $next" >> $OUT/runbook.log
+    run_rb --only $next || [ $? -ne 124 ] || break
   done
 fi
 stage_end runbook

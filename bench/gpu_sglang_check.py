@@ -294,6 +294,27 @@ def _commands(state: Path) -> dict[str, Any]:
     return {sid: rec.get("command") for sid, rec in steps.items() if rec.get("command")}
 
 
+def runnable(state: Path, runbook: Path, tried: set[str]) -> list[str]:
+    """Steps not yet run whose `requires` all succeeded: what still makes sense after a failure
+    (the script runs them one by one; asking the engine for a blocked step costs a start-up)."""
+    import yaml
+
+    data = _load(state)
+    steps = data.get("steps") if isinstance(data, dict) else None
+    if not isinstance(steps, dict):
+        return []
+    spec = yaml.safe_load(Path(runbook).read_text())
+    requires = {s["id"]: s.get("requires") or [] for s in spec["steps"]}
+    done = {k for k, v in steps.items() if v.get("status") == "succeeded"}
+    return [
+        sid
+        for sid, rec in steps.items()
+        if rec.get("status") in ("pending", "blocked")
+        and sid not in tried
+        and all(r in done for r in requires.get(sid, []))
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -320,6 +341,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--device", default="cuda")
     s.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"))
     s.add_argument("--out", type=Path, required=True)
+    s = sub.add_parser("runnable")
+    s.add_argument("--state", type=Path, required=True)
+    s.add_argument("--runbook", type=Path, default=REPO / "runbooks" / "gpu-sglang-check.yaml")
+    s.add_argument("--tried", default="", help="space-separated ids already tried")
     s = sub.add_parser("report")
     s.add_argument("--work", type=Path, required=True)
     s.add_argument("--state", type=Path, required=True, help="eagle-tui status --json output")
@@ -340,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
                 {k: info.get(k) for k in ("version", "context_length", "speculative_algorithm")}
             )
         )
+        return 0
+    if a.cmd == "runnable":
+        print(" ".join(runnable(a.state, a.runbook, set(a.tried.split()))))
         return 0
     if a.cmd == "compare-dumps":
         r = compare_dumps(a.ref, a.sgl)

@@ -246,3 +246,19 @@ def test_kimi_gpu_preset_has_kimis_mla_dims_and_context():
     assert rope["original_max_position_embeddings"] == 4096
     n = c.num_hidden_layers
     assert len({2, n // 2, n - 3}) == 3  # distinct default capture layers
+
+
+def test_after_a_failure_only_steps_whose_requires_succeeded_run(check, tmp_path):
+    """The state of the 2026-12-02 device attempt (extraction server killed): of the steps not
+    run, only the prompts step does not depend on the server."""
+    import yaml
+
+    ids = [s["id"] for s in yaml.safe_load(RUNBOOK.read_text())["steps"]]
+    before = ids[: ids.index("extraction-server")]
+    steps = {sid: {"status": "succeeded"} for sid in before}
+    steps["extraction-server"] = {"status": "failed"}
+    steps.update({sid: {"status": "pending"} for sid in ids if sid not in steps})
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"steps": steps}))
+    assert check.runnable(state, RUNBOOK, set()) == ["accept-prompts"]
+    assert check.runnable(state, RUNBOOK, {"accept-prompts"}) == []
