@@ -213,9 +213,9 @@ def _load(path: Path) -> Any:
         return {"error": f"{path}: {exc}"}
 
 
-def _text(path: Path) -> str | None:
+def _text(path: Path, tail: int = 2000) -> str | None:
     try:
-        return Path(path).read_text()[-2000:]
+        return Path(path).read_text(errors="replace")[-tail:]
     except OSError:
         return None
 
@@ -236,6 +236,9 @@ def _stages(state: Path) -> dict[str, Any]:
             "message": (rec.get("reason") or "")
             + (f": {rec['message']}" if rec.get("message") else ""),
         }
+        if rec.get("status") in ("failed", "lost") and rec.get("log_file"):
+            # the why, in the report itself: the last lines of the step's log
+            out[sid]["log_tail"] = (_text(Path(rec["log_file"]), 6000) or "").splitlines()[-40:]
     return out
 
 

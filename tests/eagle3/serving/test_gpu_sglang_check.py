@@ -125,8 +125,12 @@ def test_report_has_every_key_issue_16_asks_for(check, tmp_path):
         json.dumps({"accept_length": 2.0, "accept_length_ci95": [1.8, 2.2]})
     )
     state = tmp_path / "state.json"
+    log = tmp_path / "extract.1.log"
+    log.write_text("starting\nRank 0 scheduler is dead\n")
     state.write_text(json.dumps({"steps": {"canary": {"status": "succeeded", "started_at": 10.0,
-                                 "ended_at": 12.5, "exit_code": 0, "command": "python -m x"}}}))  # fmt: skip
+                                 "ended_at": 12.5, "exit_code": 0, "command": "python -m x"},
+                                 "extract": {"status": "failed", "exit_code": 137,
+                                             "log_file": str(log)}}}))  # fmt: skip
     r = check.report(work, state, {"revert_byte_identical": True})
     assert r["sglang_version"] == "0.5.14" and r["target_context_length"] == 262144
     assert {"ids_identical", "max_abs_err", "max_rel_err"} <= set(r["dumps_vs_reference"])
@@ -142,6 +146,7 @@ def test_report_has_every_key_issue_16_asks_for(check, tmp_path):
         "message": "",
     }
     assert r["commands"]["canary"] == "python -m x"
+    assert r["stages"]["extract"]["log_tail"][-1] == "Rank 0 scheduler is dead"  # the why, kept
 
 
 def test_runbook_is_valid_and_its_0_5_14_launch_is_accepted(tmp_path):
