@@ -54,6 +54,16 @@ class StepRecord(BaseModel):
     command: Any = None
 
 
+class RunAllIntent(BaseModel):
+    """The operator's standing order "run every step from `start`": it outlives the process
+    that was carrying it out (a quit, a kill -9), so the next driver of the run continues it."""
+
+    start: str | None = None
+    only: str | None = None
+    since: float
+    by: str  # "cockpit" | "auto": who gave it
+
+
 class RunState(BaseModel):
     run_id: str
     runbook_name: str
@@ -67,6 +77,7 @@ class RunState(BaseModel):
     audit_head: str = "0" * 64
     finished: bool = False
     exit_code: int | None = None
+    intent: RunAllIntent | None = None
 
     def all_done(self) -> bool:
         return all(r.status in DONE for r in self.steps.values())

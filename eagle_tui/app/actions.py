@@ -13,7 +13,7 @@ from textual.worker import Worker
 from eagle_tui.app.screens.export import ExportRequest, export_audit
 from runbook import audit as audit_mod
 from runbook.engine import EXIT_OK, Engine
-from runbook.events import BLOCKED, DONE, TERMINAL_BAD
+from runbook.events import BLOCKED, DONE, RUNNING, TERMINAL_BAD
 from runbook.state import StepRecord
 
 if TYPE_CHECKING:
@@ -75,19 +75,23 @@ class EngineActions(App[int]):
         self._maybe_finish()
         return status
 
-    def drive_all(self, start: str) -> None:
+    def drive_all(self, start: str | None, continued: bool = False) -> None:
         if not self.opened:
             self.notify("the run is still opening", severity="warning")
             return
         if self._auto_running():
             self.notify("run-all is already running", severity="warning")
             return
-        self.main.set_mode(f"auto from {start}")
+        shown = start or "the first step"
+        self.main.set_mode(
+            f"run-all from {shown} (continued; A stops it)" if continued else f"auto from {shown}"
+        )
+        self.engine.set_intent(start, None, "cockpit")  # saved before anything runs
         self.run_worker(
-            self._run_all(start), name=f"auto:{start}", group=AUTO_GROUP, exit_on_error=False
+            self._run_all(start), name=f"auto:{shown}", group=AUTO_GROUP, exit_on_error=False
         )
 
-    async def _run_all(self, start: str) -> int | None:
+    async def _run_all(self, start: str | None) -> int | None:
         try:
             # Steps already driven (e.g. a reattached job) finish first; run_all then continues.
             for sid, w in list(self.driving.items()):
@@ -95,13 +99,41 @@ class EngineActions(App[int]):
                     await w.wait()
                     rec = self.record(sid)
                     if rec is not None and rec.status not in DONE:
+                        self.engine.clear_intent(f"{sid} ended {rec.status}")
                         self.notify(
                             f"run-all stopped: {sid} ended {rec.status}", severity="warning"
                         )
                         return None
-            return await self.engine.run_all(start=start)
+            if self.engine.state is not None and self.engine.state.intent is None:
+                return None  # stopped (A) while waiting for the reattached step
+            return await self.engine.run_all(start=start, by="cockpit")
         finally:
             self.main.set_mode("")
+
+    def continue_intent(self) -> None:
+        """On opening: a run-all the last driver did not finish (quit, kill -9) goes on."""
+        intent = self.engine.state.intent if self.engine.state is not None else None
+        if intent is None:
+            return
+        self.notify(
+            f"continuing run-all from {intent.start or 'the first step'} (given by {intent.by} "
+            "before the relaunch); press A to stop it after the running step",
+            timeout=12,
+        )
+        self.drive_all(intent.start, continued=True)
+
+    def stop_all(self) -> None:
+        """Withdraw the run-all intent: the running step finishes (nothing is killed), no next."""
+        if not self.engine.clear_intent("stopped by the operator"):
+            self.notify("no run-all to stop", severity="warning")
+            return
+        state = self.engine.state
+        running = [s for s, r in state.steps.items() if r.status == RUNNING] if state else []
+        self.notify(
+            "run-all stopped"
+            + (f"; {', '.join(running)} keeps running (x cancels it)" if running else ""),
+        )
+        self.main.set_mode("")
 
     def skip_step(self, sid: str, reason: str) -> None:
         if self._refuse_if_busy(sid):

@@ -222,6 +222,7 @@ class CockpitApp(EngineActions, HostTrust, App[int]):
         if self.reattach:
             for sid in running:  # the engine follows the job from its saved cursor
                 self.drive_step(sid)
+            self.continue_intent()  # a run-all the last cockpit did not finish goes on
         if self.connect:
             await self.engine.session(self.engine.default_host)  # stats + connection state now
 

@@ -63,6 +63,7 @@ class EngineCore:
         self.state: RunState | None = None
         self.audit: AuditLog | None = None
         self._confirmed: set[str] = set()
+        self._intent_taken_up = False  # the saved run-all intent, resumed once per driver
         self._verified: set[str] = set()  # artifacts guards vouched for in this run
         self._last_save = 0.0
         self._stats_tasks: list[asyncio.Task] = []

@@ -50,6 +50,7 @@ ACTIONS: list[tuple[str, str, str, str]] = [
     ("r", "run_selected", "Run step", "run-selected"),
     ("n", "run_next", "Run next", "run-next"),
     ("a", "run_all", "Run all from here", "run-all"),
+    ("A", "stop_all", "Stop run-all", "stop-all"),
     ("s", "skip", "Skip", "skip"),
     ("R", "retry", "Retry", "retry"),
     ("x", "cancel_job", "Cancel job", "cancel"),
@@ -70,6 +71,7 @@ HELP = {
     "run_selected": "Run the selected step (reattaches if it is running)",
     "run_next": "Run the first step that is not done",
     "run_all": "Run every step from the selected one, stopping at confirmations and failures",
+    "stop_all": "Withdraw run-all: the running step finishes (nothing is killed), no next step starts",
     "skip": "Skip the selected step (asks for a reason; audited)",
     "retry": "Make a failed/blocked/cancelled step runnable again and run it",
     "cancel_job": "Cancel the selected running job (asks first; kills its process group)",
@@ -245,6 +247,9 @@ class MainScreen(Screen[None]):
     def action_run_all(self) -> None:
         if (sid := self._need_selection()) is not None:
             self.cockpit.drive_all(sid)
+
+    def action_stop_all(self) -> None:
+        self.cockpit.stop_all()
 
     def action_skip(self) -> None:
         sid = self._need_selection()

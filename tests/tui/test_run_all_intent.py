@@ -1,0 +1,85 @@
+"""Issue 15, defect 4: run-all is part of the run's state. After `a` and its confirmation, a quit
+during the long detached step and a relaunch continue the run-all (the cockpit says so); `A`
+withdraws it without killing the running job. Every change of intent is in the audit log."""
+
+from __future__ import annotations
+
+import json
+
+from eagle_tui.app.widgets.host.header import RunHeader
+from runbook.events import RunFinished
+
+from .helpers import SIZE, Events, opened, status, type_confirmation, wait_for
+
+
+def audit_events(app) -> list[dict]:
+    path = app.engine.store.audit_path
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+async def start_run_all_and_quit_at_the_gate(env) -> str:
+    app = env.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await opened(pilot)
+        await pilot.press("a")
+        await type_confirmation(pilot, "wipe")
+        await wait_for(pilot, lambda: status(app, "train") == "running", timeout=60, what="train")
+        assert app.engine.state.intent is not None and app.engine.state.intent.start == "prepare"
+        await pilot.press("q")  # only detached work: quits at once
+        await wait_for(pilot, lambda: not app.is_running, what="the app to exit")
+    return app.run_id
+
+
+async def test_relaunch_continues_run_all(cockpit_env):
+    env = cockpit_env
+    env.extra_sets += ["gate_at=5", "lines=10"]
+    run_id = await start_run_all_and_quit_at_the_gate(env)
+
+    app = env.app()
+    events = Events(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await opened(pilot)
+        assert app.run_id == run_id
+        await wait_for(
+            pilot,
+            lambda: any("continuing run-all from prepare" in n.message for n in app._notifications),
+            what="the cockpit to say it continues run-all",
+        )
+        header = app.main.query_one(RunHeader)
+        assert "run-all from prepare (continued; A stops it)" in header.mode
+        (env.work / "release").write_text("")
+        await wait_for(pilot, lambda: events.of(RunFinished), timeout=60, what="the run to end")
+        assert events.of(RunFinished)[-1].exit_code == 0
+        assert status(app, "report") == "succeeded"  # nobody pressed a key after the relaunch
+        assert app.engine.state.intent is None
+        kinds = [r["event"] for r in audit_events(app) if r["event"].startswith("run.intent")]
+        assert kinds == ["run.intent_set", "run.intent_resumed", "run.intent_cleared"]
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running, what="the app to exit")
+
+
+async def test_stop_run_all_keeps_the_job_and_starts_nothing_more(cockpit_env):
+    env = cockpit_env
+    env.extra_sets += ["gate_at=5", "lines=10"]
+    await start_run_all_and_quit_at_the_gate(env)
+
+    app = env.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await opened(pilot)
+        await wait_for(pilot, lambda: app._auto_running(), what="run-all to continue")
+        await pilot.press("A")
+        assert app.engine.state.intent is None
+        await wait_for(
+            pilot,
+            lambda: any("train keeps running" in n.message for n in app._notifications),
+            what="the stop note",
+        )
+        assert status(app, "train") == "running"  # withdrawing the intent kills nothing
+        (env.work / "release").write_text("")
+        await wait_for(pilot, lambda: status(app, "train") == "succeeded", timeout=60, what="train")
+        await wait_for(pilot, lambda: not app._auto_running(), what="run-all to stop")
+        assert status(app, "report") == "pending"  # no next step after A
+        why = [r.get("why") for r in audit_events(app) if r["event"] == "run.intent_cleared"]
+        assert why == ["stopped by the operator"]
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running, what="the app to exit")
