@@ -130,9 +130,14 @@ class RunStore:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            try:
+                pid = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            except OSError:
+                pid = "?"
             os.close(fd)
             raise RunLocked(
-                f"run {self.run_id} is being driven by another eagle-tui process"
+                f"run {self.run_id} is being driven by another eagle-tui process (pid {pid} on "
+                f"this machine); watch it with `eagle-tui status`, or wait for it to end"
             ) from None
         try:
             os.ftruncate(fd, 0)

@@ -270,11 +270,16 @@ class CockpitApp(EngineActions, HostTrust, App[int]):
             self.notify(f"{w.name}: {err}", severity="error", timeout=10)
             return
         if w.name == "open":
-            known = (RunLocked, DriverLocked, AuditBreak, StateWriteError)
+            if isinstance(err, (RunLocked, DriverLocked)):
+                # Another driver holds the run: nothing to show here; the one line naming the
+                # holder is printed after exit (run_app), with the documented exit code 4.
+                self.refusal = str(err)
+                self.exit(EXIT_LOCKED)
+                return
+            known = (AuditBreak, StateWriteError)
             why = str(err) if isinstance(err, known) else "".join(traceback.format_exception(err))
-            code = EXIT_LOCKED if isinstance(err, (RunLocked, DriverLocked)) else 2
             self.refusal = str(err) if isinstance(err, known) else None  # printed after exit
-            self.push_screen(ErrorScreen("Cannot open the run", why), lambda _: self.exit(code))
+            self.push_screen(ErrorScreen("Cannot open the run", why), lambda _: self.exit(2))
             return
         if isinstance(err, OPERATOR_ERRORS):
             self.notify(f"{w.name}: {err}", severity="warning", timeout=6)
