@@ -13,7 +13,7 @@ from textual.worker import Worker
 from eagle_tui.app.screens.export import ExportRequest, export_audit
 from runbook import audit as audit_mod
 from runbook.engine import EXIT_OK, Engine
-from runbook.events import BLOCKED, DONE, RUNNING, TERMINAL_BAD
+from runbook.events import BLOCKED, DONE, RUNNING, SKIPPED, TERMINAL_BAD
 from runbook.state import StepRecord
 
 if TYPE_CHECKING:
@@ -158,6 +158,19 @@ class EngineActions(App[int]):
             return
         self.engine.reset(sid)
         self.drive_step(sid)
+
+    def undo_skip(self, sid: str) -> None:
+        if self._refuse_if_busy(sid):
+            return
+        rec = self.record(sid)
+        if rec is None or rec.status != SKIPPED:
+            self.notify(
+                f"{sid} is {rec.status if rec else 'unknown'}: only a skipped step can be unskipped",
+                severity="warning",
+            )
+            return
+        self.engine.unskip(sid)
+        self.notify(f"{sid} is pending again (skip undone; audited)")
 
     def cancel_step(self, sid: str) -> None:
         self.run_worker(

@@ -108,6 +108,7 @@ class CockpitApp(EngineActions, HostTrust, App[int]):
         self.opened = False
         self.closing = False
         self.quit_work: LiveWork | None = None
+        self.next_run: str | None = None  # the run picker's choice: run_app opens it next
         self._trust_offered: set[tuple[str, str]] = set()
         self.main = MainScreen()
         engine.listeners.append(self.engine_listener)
@@ -302,8 +303,15 @@ class CockpitApp(EngineActions, HostTrust, App[int]):
         def answered(yes: bool | None) -> None:
             if yes:
                 self._start_quit(live_work(self.engine))
+            else:
+                self.next_run = None  # staying on this run
 
         self.push_screen(AskScreen(title, body, yes="Quit and kill", no="Keep running"), answered)
+
+    def switch_run(self, run_id: str) -> None:
+        """Open another run: quit this one as `q` does (asking first), then run_app opens it."""
+        self.next_run = run_id
+        self.request_quit()
 
     def _start_quit(self, work: LiveWork) -> None:
         if not self.closing:

@@ -19,6 +19,8 @@ from textual.widgets import DataTable, Footer, TabbedContent, TabPane
 from eagle_tui.app.messages import EngineEvent
 from eagle_tui.app.screens.dialogs import AskScreen, ReasonScreen
 from eagle_tui.app.screens.export import ExportScreen
+from eagle_tui.app.screens.help import HelpScreen
+from eagle_tui.app.screens.runs import RunPickerScreen
 from eagle_tui.app.widgets.host.header import RunHeader
 from eagle_tui.app.widgets.host.resources import ResourcesPanel
 from eagle_tui.app.widgets.logs.full_log import FullLogScreen
@@ -41,6 +43,7 @@ from runbook.events import (
     RunStarted,
     StepChanged,
 )
+from runbook.state import list_runs
 
 if TYPE_CHECKING:
     from eagle_tui.app.app import CockpitApp
@@ -52,6 +55,7 @@ ACTIONS: list[tuple[str, str, str, str]] = [
     ("a", "run_all", "Run all from here", "run-all"),
     ("A", "stop_all", "Stop run-all", "stop-all"),
     ("s", "skip", "Skip", "skip"),
+    ("u", "undo_skip", "Undo skip", "undo-skip"),
     ("R", "retry", "Retry", "retry"),
     ("x", "cancel_job", "Cancel job", "cancel"),
     ("f", "toggle_follow", "Follow log", "toggle-follow"),
@@ -61,6 +65,8 @@ ACTIONS: list[tuple[str, str, str, str]] = [
     ("c", "toggle_curves", "Log/curves", "toggle-curves"),
     ("end,ctrl+end", "log_end", "Log: to the end, follow", "log-end"),
     ("home,ctrl+home", "log_home", "Log: to the top", "log-home"),
+    ("o", "pick_run", "Open a run", "runs"),
+    ("question_mark,f1", "help", "Help", "help"),
     ("q", "quit_app", "Quit", "quit"),
 ]
 # Keys the focused todo list would otherwise take (DataTable binds home/end to its own rows).
@@ -73,6 +79,9 @@ HELP = {
     "run_all": "Run every step from the selected one, stopping at confirmations and failures",
     "stop_all": "Withdraw run-all: the running step finishes (nothing is killed), no next step starts",
     "skip": "Skip the selected step (asks for a reason; audited)",
+    "undo_skip": "Make an operator-skipped step pending again (audited); it does not run it",
+    "pick_run": "List this runbook's runs and open one (quits this one the way q does)",
+    "help": "Show every key and what it does",
     "retry": "Make a failed/blocked/cancelled step runnable again and run it",
     "cancel_job": "Cancel the selected running job (asks first; kills its process group)",
     "toggle_follow": "Follow the log tail and the running step, or stop following",
@@ -164,7 +173,7 @@ class MainScreen(Screen[None]):
         if rec is None:
             return
         self.refresh_step(sid)
-        self.query_one(StepProgress).show(rec.progress)
+        self.query_one(StepProgress).show(rec.progress, rec.status)
         self.query_one(LiveLog).show(sid, rec.log_file, rec.log_mirror_size)
         self.query_one(Curves).show(app.metrics_for(sid))
 
@@ -188,10 +197,11 @@ class MainScreen(Screen[None]):
                 elif rec is not None and rec.log_file != self.query_one(LiveLog).source:
                     self.show(ev.step_id)  # a new attempt: its own log and curves
                 if rec is not None:
-                    self.query_one(StepProgress).show(rec.progress)
+                    self.query_one(StepProgress).show(rec.progress, rec.status)
         elif isinstance(ev, ProgressUpdate):
             if ev.step_id == self.selected:
-                self.query_one(StepProgress).show(ev.record)
+                rec = app.record(ev.step_id)
+                self.query_one(StepProgress).show(ev.record, rec.status if rec else None)
             self.refresh_step(ev.step_id)
         elif isinstance(ev, MetricsUpdate):
             if (
@@ -267,6 +277,26 @@ class MainScreen(Screen[None]):
         self.app.push_screen(
             ReasonScreen(f"Skip {sid}?", "The reason is written to the audit log."), done
         )
+
+    def action_undo_skip(self) -> None:
+        if (sid := self._need_selection()) is not None:
+            self.cockpit.undo_skip(sid)
+
+    def action_pick_run(self) -> None:
+        app = self.cockpit
+
+        def done(run_id: str | None) -> None:
+            if run_id and run_id != app.run_id:
+                app.switch_run(run_id)
+
+        runs = list_runs(app.engine.state_dir, app.engine.rb.name)
+        self.app.push_screen(RunPickerScreen(runs, app.run_id, app.engine.rb.name), done)
+
+    def action_help(self) -> None:
+        keymap = self.app._keymap  # the user's keymap, where it rebinds an id
+        rows = [(keymap.get(bid, key), bid, HELP[action]) for key, action, _, bid in ACTIONS]
+        rows.append(("ctrl+p", "", "Command palette: every action above, by name"))
+        self.app.push_screen(HelpScreen(rows))
 
     def action_retry(self) -> None:
         if (sid := self._need_selection()) is not None:
