@@ -18,6 +18,7 @@ from typing import Any
 from textual.app import App, SystemCommand
 from textual.css.query import NoMatches
 from textual.notifications import SeverityLevel
+from textual.reactive import Reactive
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
@@ -31,7 +32,9 @@ from eagle_tui.app.actions import (
 )
 from eagle_tui.app.hostkeys import unknown_host_key
 from eagle_tui.app.messages import EngineEvent
+from eagle_tui.app.palette import READABLE_DARK
 from eagle_tui.app.quitting import LiveWork, ask_text, live_work
+from eagle_tui.app.reachability import Reachability
 from eagle_tui.app.screens.confirm import ConfirmScreen
 from eagle_tui.app.screens.dialogs import AskScreen, ErrorScreen
 from eagle_tui.app.screens.main import ACTIONS, HELP, MainScreen
@@ -64,6 +67,7 @@ OPERATOR_ERRORS = (ValueError, KeyError)  # refused actions (e.g. skipping a run
 class CockpitApp(EngineActions, HostTrust, App[int]):
     CSS_PATH = Path(__file__).parent / "cockpit.tcss"  # absolute: subclasses live elsewhere
     TITLE = "eagle-tui"
+    ansi_theme_dark = Reactive(READABLE_DARK, init=False)  # ANSI colour names, readable
 
     def notify(
         self,
@@ -108,6 +112,7 @@ class CockpitApp(EngineActions, HostTrust, App[int]):
         self.opened = False
         self.closing = False
         self.quit_work: LiveWork | None = None
+        self.reachability = Reachability()
         self.next_run: str | None = None  # the run picker's choice: run_app opens it next
         self._trust_offered: set[tuple[str, str]] = set()
         self.main = MainScreen()
@@ -146,8 +151,11 @@ class CockpitApp(EngineActions, HostTrust, App[int]):
                 severity="information" if ev.exit_code == EXIT_OK else "warning",
                 timeout=8,
             )
-        elif isinstance(ev, ConnectionChanged) and ev.state == "failed" and ev.message:
-            self.offer_trust(ev.host, ev.message)
+        elif isinstance(ev, ConnectionChanged):
+            if ev.state == "failed" and ev.message:
+                self.offer_trust(ev.host, ev.message)
+            elif line := self.reachability.update(ev.host, ev.state, ev.attempt, ev.message):
+                self.notify(line, severity="error", timeout=30)
 
     def guard_results(self, sid: str) -> list[dict[str, Any]]:
         by_phase = self.guards.get(sid, {})
