@@ -16,7 +16,9 @@ from runbook.events import PENDING, RUNNING, SUCCEEDED
 from runbook.state import StepRecord
 
 COLUMNS = ("", "step", "title", "time", "guards", "note")
-TITLE_WIDTH = 26
+TITLE_MIN, TITLE_MAX = 12, 44  # the title column's width range (cells)
+NOTE_MIN = 10  # the note column's width when it is shown
+TITLE_ROOM = 20  # the title cells a note column may not take away
 NOTES = {
     "already_satisfied": "already done",
     "guards_passed": "",
@@ -59,10 +61,38 @@ class TodoList(DataTable):
 
     def on_mount(self) -> None:
         self._cols = [self.add_column(label, key=label or "icon") for label in COLUMNS]
+        self._titles: list[str] = []
+
+    def on_resize(self) -> None:
+        self.fit_columns()
+
+    def fit_columns(self) -> None:
+        """Share the pane's width: the fixed columns keep their full width (the guards header
+        is never cut to "guar"), the title gets what it needs up to TITLE_MAX, the note the rest."""
+        if not self._cols:
+            return
+        title_col, note_col = self.columns[self._cols[2]], self.columns[self._cols[5]]
+        fixed = sum(
+            self.columns[k].get_render_width(self)
+            for k in (self._cols[0], self._cols[1], self._cols[3], self._cols[4])
+        )
+        rest = self.scrollable_content_region.width - fixed - 4 * self.cell_padding
+        want = min(TITLE_MAX, max([len(t) for t in self._titles] + [len("title")]))
+        # a note column only when the title keeps TITLE_ROOM cells beside it
+        note = NOTE_MIN if rest - NOTE_MIN >= min(want, TITLE_ROOM) else 0
+        title = max(TITLE_MIN, min(want, rest - note))
+        note = max(note, rest - title)
+        if (title_col.width, note_col.width) != (title, note) or title_col.auto_width:
+            title_col.auto_width = note_col.auto_width = False
+            title_col.width, note_col.width = title, note
+            self._require_update_dimensions = True  # DataTable re-lays out its columns
+            self.refresh()
 
     def set_steps(self, steps: list[tuple[str, str]]) -> None:
+        self._titles = [title for _, title in steps]
         for sid, title in steps:
             self.add_row(*self._cells(sid, title, StepRecord(), 0.0, [], False), key=sid)
+        self.call_after_refresh(self.fit_columns)  # the step column's width is known now
 
     def _cells(
         self,
@@ -76,13 +106,11 @@ class TodoList(DataTable):
         style = STYLES.get(rec.status, "")
         icon = Text(ICONS.get(rec.status, "?"), style=style)
         sid_text = Text(sid, style="bold cyan" if current else "")
-        if len(title) > TITLE_WIDTH:
-            title = title[: TITLE_WIDTH - 1] + "…"
         title_style = "bold" if current else "dim" if rec.status == PENDING else ""
         return [
             icon,
             sid_text,
-            Text(title, style=title_style),
+            Text(title, style=title_style, overflow="ellipsis", no_wrap=True),
             Text(duration_text(rec, now), style="dim"),
             guard_summary(guards),
             note_text(rec),
