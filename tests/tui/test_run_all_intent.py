@@ -66,7 +66,7 @@ async def test_stop_run_all_keeps_the_job_and_starts_nothing_more(cockpit_env):
     app = env.app()
     async with app.run_test(size=SIZE) as pilot:
         await opened(pilot)
-        await wait_for(pilot, lambda: app._auto_running(), what="run-all to continue")
+        await wait_for(pilot, lambda: app.actions.auto_running(), what="run-all to continue")
         await pilot.press("A")
         assert app.engine.state.intent is None
         await wait_for(
@@ -77,7 +77,7 @@ async def test_stop_run_all_keeps_the_job_and_starts_nothing_more(cockpit_env):
         assert status(app, "train") == "running"  # withdrawing the intent kills nothing
         (env.work / "release").write_text("")
         await wait_for(pilot, lambda: status(app, "train") == "succeeded", timeout=60, what="train")
-        await wait_for(pilot, lambda: not app._auto_running(), what="run-all to stop")
+        await wait_for(pilot, lambda: not app.actions.auto_running(), what="run-all to stop")
         assert status(app, "report") == "pending"  # no next step after A
         why = [r.get("why") for r in audit_events(app) if r["event"] == "run.intent_cleared"]
         assert why == ["stopped by the operator"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.text import Text
+from textual.message import Message
 from textual.widgets import DataTable
 
 from eagle_tui.app.format import duration_text, guard_summary
@@ -62,6 +63,18 @@ class TodoList(DataTable):
     def on_mount(self) -> None:
         self._cols = [self.add_column(label, key=label or "icon") for label in COLUMNS]
         self._titles: list[str] = []
+
+    class StepHighlighted(Message):
+        """The cursor is on another step (the screen shows it)."""
+
+        def __init__(self, step_id: str) -> None:
+            super().__init__()
+            self.step_id = step_id
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()  # the screen hears of steps, not of table rows
+        if event.row_key.value is not None:
+            self.post_message(self.StepHighlighted(str(event.row_key.value)))
 
     def on_resize(self) -> None:
         self.fit_columns()
