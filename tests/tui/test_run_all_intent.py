@@ -4,6 +4,7 @@ withdraws it without killing the running job. Every change of intent is in the a
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from eagle_tui.app.widgets.host.header import RunHeader
@@ -83,3 +84,36 @@ async def test_stop_run_all_keeps_the_job_and_starts_nothing_more(cockpit_env):
         assert why == ["stopped by the operator"]
         await pilot.press("q")
         await wait_for(pilot, lambda: not app.is_running, what="the app to exit")
+
+
+def test_headless_auto_continues_the_cockpits_run_all(env, capsys):
+    """`--auto` without --from/--only takes up a saved intent: it runs from the intent's step
+    (the steps before it, which the operator did not ask for, stay as they were)."""
+    from eagle_tui.cli import main as cli_main
+
+    env.extra_sets += ["gate_at=5"]
+    app = env.app()
+
+    async def cockpit() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await opened(pilot)
+            app.main.select("long")
+            await pilot.press("a")  # run all from `long`
+            await wait_for(pilot, lambda: status(app, "long") == "running", what="long")
+            await pilot.press("q")  # detached: quits at once, the intent stays
+            await wait_for(pilot, lambda: not app.is_running, what="the app to exit")
+
+    asyncio.run(cockpit())
+    (env.work / "release").write_text("")
+    code = cli_main([*env.argv("--auto", "--quiet"), "--run", app.run_id])
+    state = json.loads((env.state / "runs" / app.run_id / "state.json").read_text())
+    assert state["steps"]["ok"]["status"] == "pending"  # before the intent's start: untouched
+    assert state["steps"]["long"]["status"] == "succeeded"
+    assert state["steps"]["needs-input"]["status"] == "blocked"  # run-all went on, then stopped
+    assert code == 3
+    assert state["intent"] is None  # cleared when the run-all ended
+    audit = env.state / "runs" / app.run_id / "audit.jsonl"
+    records = [json.loads(x) for x in audit.read_text().splitlines()]
+    resumed = [r for r in records if r["event"] == "run.intent_resumed"]
+    assert resumed and resumed[0]["by"] == "auto" and resumed[0]["start"] == "long"
+    capsys.readouterr()
