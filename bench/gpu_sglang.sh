@@ -1,21 +1,51 @@
 #!/usr/bin/env bash
-# A real SGLang 0.5.14 on one H200 (issue 16): stage the carried wheels (.whl/sgl: sglang 0.5.14,
-# sgl_kernel.tgz = sglang-kernel 0.4.4 without flash_ops.abi3.so and sm100/, pure-python deps),
-# build a tiny DeepseekV3 with Kimi's MLA dims and Kimi-K2.5's context settings, patch the real
-# deepseek_v2.py with `eagle3 patch apply`, start the real server, canary against HF greedy,
-# SGLang's return_hidden_states, revert and check byte identity. -> $OUT/sglang-real.json + logs.
-#   run: carry [".whl"], command: bash bench/gpu_sglang.sh
+# A real SGLang 0.5.14 on one H200, the whole issue-16 path (runbooks/gpu-sglang-check.yaml):
+# tiny Kimi-shaped target built and trained, HF reference dumps, an init drafter, `eagle3 patch
+# apply` on the real deepseek_v2.py, `sglang-launch extract` (0.5.14 + drafter), canary (also vs
+# SGLang's own return_hidden_states, two requests batched), `extract --server`, dumps vs the
+# reference, drafter trained on the SGLang dumps, `sglang-launch serve` (EAGLE3), serve-check,
+# accept vs the reference decoder, revert + byte check. -> $OUT/sglang-real.json + logs.
+#   run: carry [".whl"], command: bash bench/gpu_sglang.sh          (SIZES=quick for a smoke run)
+#
+# STAGE (the integrator puts these in .whl/sgl/, one carry), either
+#   .whl/sgl/site.tar.xz         bench/stage_sglang.sh: sglang 0.5.14, its slim kernel, the serving
+#                                stack and eagle-tui's deps (textual, rich, asyncssh, pyyaml, ...),
+#                                unpacked into /tmp/site at the END of sys.path (image packages win)
+# or the older layout (put FIRST on sys.path):
+#   .whl/sgl/sglang-0.5.14-cp311-cp311-manylinux_2_34_x86_64.whl   (unzipped, py3.12 is fine)
+#   .whl/sgl/sgl_kernel.tgz      sglang-kernel 0.4.4 without flash_ops.abi3.so and sm100/
+#   .whl/sgl/wheels/*.whl        SGLang's pure-python deps and eagle-tui's for the headless runbook
+#                                engine: rich markdown-it-py mdurl pygments (pydantic, pyyaml)
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-S=/tmp/site; W=.whl/sgl; rm -rf $S /tmp/stubs /tmp/tiny; mkdir -p $S /tmp/stubs  # a warm machine keeps /tmp
+S=/tmp/site; W=.whl/sgl; WORK=/tmp/sglang-check; STATE=/tmp/sglang-check-state
+T=$S/sglang/srt/models/deepseek_v2.py
+PRISTINE=947fdc256101f538a668090f82e5eb5f888e2434f2bbbf69a99cdaa628cf902e
 t0=$(date +%s)
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $S $W/wheels/*.whl 2>&1 | tail -3
-python3 -c "import zipfile,glob; zipfile.ZipFile(glob.glob('$W/sglang-0.5.14-*.whl')[0]).extractall('$S')"
-tar xzf $W/sgl_kernel.tgz -C $S
+declare -A SECS
+stage_start() { echo "== $1 ($(( $(date +%s) - t0 ))s)"; ts=$(date +%s); }
+stage_end() { SECS[$1]=$(( $(date +%s) - ts )); }
+
+# ---- staging (a warm machine keeps /tmp: start clean) ----
+stage_start staging
+rm -rf $S /tmp/stubs $WORK $STATE; mkdir -p $S /tmp/stubs /tmp/bin
+ln -sf "$(command -v python3)" /tmp/bin/python  # runbook steps say `python`
+export PATH=/tmp/bin:$PATH
+if [ -f $W/site.tar.xz ]; then
+  tar xJf $W/site.tar.xz -C $S; FIRST=""; echo "staged site.tar.xz" > $OUT/staging.log
+else
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $S $W/wheels/*.whl \
+    > $OUT/staging.log 2>&1; echo "pip rc=$?" >> $OUT/staging.log
+  python3 -c "import zipfile,glob; zipfile.ZipFile(glob.glob('$W/sglang-0.5.14-*.whl')[0]).extractall('$S')"
+  tar xzf $W/sgl_kernel.tgz -C $S; FIRST=$S:
+fi
 # transformers 5.17 (the image's) already registers configs sglang 0.5.14 (pinned 5.8.1) registers again
 cat > /tmp/stubs/sitecustomize.py <<'PYX'
+import sys
+if "/tmp/site" not in sys.path:  # at the end: what the image has wins (site.tar.xz layout)
+    sys.path.append("/tmp/site")
 try:
     from transformers.models.auto import configuration_auto as _ca
     _orig = _ca._LazyConfigMapping.register
@@ -35,68 +65,69 @@ try:
 except Exception as e:
     print("sitecustomize:", e)
 PYX
-export PYTHONPATH=$S:/tmp/stubs:$PWD
+export PYTHONPATH=${FIRST}/tmp/stubs:$PWD
 STUBS=""
 for i in $(seq 30); do  # optional modules not carried are stubbed and listed in the results
-  err=$(python3 -c "import sglang.srt.models.deepseek_v2, sglang.srt.entrypoints.http_server" 2>&1 | grep -oE "No module named '[^']+'" | head -1 | sed "s/No module named '//; s/'//")
+  err=$(python3 -c "import sglang.srt.models.deepseek_v2, sglang.srt.entrypoints.http_server, sglang.srt.models.llama_eagle3" 2>&1 | grep -oE "No module named '[^']+'" | head -1 | sed "s/No module named '//; s/'//")
   [ -z "$err" ] && break
   STUBS="$STUBS $err"; d=/tmp/stubs/$(echo $err | tr . /); mkdir -p $d
   printf 'def __getattr__(n):\n    if n.startswith("__"): raise AttributeError(n)\n    return type(n, (), {"__init__": lambda s,*a,**k: None, "__call__": lambda s,*a,**k: None})\n' > $d/__init__.py
 done
-echo "stubs:$STUBS"; echo "$STUBS" > $OUT/stubs.txt
-T=$S/sglang/srt/models/deepseek_v2.py; sha256sum $T | cut -c1-64 > /tmp/pristine.sha
-python3 -m remote_agent.eagle3 patch apply --target $T --json > $OUT/patch-apply.json 2>&1; echo "patch apply rc=$?"
-python3 - <<'PY' > $OUT/build.log 2>&1
-import json, torch
-from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
-cfg = DeepseekV3Config(vocab_size=4096, hidden_size=1024, intermediate_size=2048, moe_intermediate_size=256,
-    num_hidden_layers=6, num_attention_heads=16, num_key_value_heads=16, n_routed_experts=8, num_experts_per_tok=2,
-    n_shared_experts=1, first_k_dense_replace=1, q_lora_rank=256, kv_lora_rank=512, qk_rope_head_dim=64,
-    qk_nope_head_dim=128, v_head_dim=128, n_group=1, topk_group=1, max_position_embeddings=262144,
-    rope_scaling={"type": "yarn", "rope_type": "yarn", "factor": 64.0, "original_max_position_embeddings": 4096,
-                  "beta_fast": 1.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}, torch_dtype="bfloat16")
-torch.manual_seed(0)
-m = DeepseekV3ForCausalLM(cfg).to(torch.bfloat16); m.save_pretrained("/tmp/tiny")
-# keys Kimi's config.json carries that transformers 5.17's DeepseekV3Config drops but SGLang 0.5.14
-# reads (seen: moe_layer_freq AttributeError while building the layers)
-c = json.load(open("/tmp/tiny/config.json"))
-c.update(moe_layer_freq=1, topk_method="noaux_tc", scoring_func="sigmoid", ep_size=1)
-json.dump(c, open("/tmp/tiny/config.json", "w"), indent=1)
-ids = torch.tensor([[5, 17, 99, 1000, 7, 300, 42, 8]])
-out = m.cuda().generate(ids.cuda(), max_new_tokens=8, do_sample=False)
-json.dump({"hf_greedy": out[0, 8:].tolist()}, open("/tmp/hf.json", "w")); print("HF greedy", out[0, 8:].tolist())
+echo "stubs:$STUBS"
+python3 -c "import eagle_tui.cli" > $OUT/engine-import.log 2>&1; ENGINE=$?
+stage_end staging
+
+# ---- the pipeline, through the runbook engine (per-step seconds and errors in its state) ----
+SETS=()
+if [ "${SIZES:-}" = quick ]; then
+  SETS=(--set target_steps=20 --set per_source=48 --set prompts=16 --set draft_steps=20 --set accept_n=8)
+fi
+stage_start runbook
+if [ $ENGINE -eq 0 ]; then
+  setsid python3 -m eagle_tui.cli run runbooks/gpu-sglang-check.yaml --auto --yes --quiet \
+    --state-dir $STATE "${SETS[@]}" > $OUT/runbook.log 2>&1 &
+  RB=$!; wait $RB; RBRC=$?
+  kill -TERM -- -$RB 2>/dev/null  # a service the engine left running (it stops at the first failure)
+else
+  RBRC=125; echo "eagle-tui does not import (deps not staged?): see engine-import.log" > $OUT/runbook.log
+fi
+echo "runbook rc=$RBRC"; tail -30 $OUT/runbook.log
+if [ $ENGINE -eq 0 ] && [ $RBRC -ne 0 ]; then
+  # the engine stops at the first step that fails: run each step not yet tried on its own, so
+  # whatever does not depend on the failure still runs (the engine still enforces `requires`)
+  python3 -m eagle_tui.cli status --state-dir $STATE --json > $OUT/state-first.json 2>/dev/null
+  for sid in $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' '.join(k for k,v in d['steps'].items() if v['status'] in ('pending','blocked')))" $OUT/state-first.json); do
+    echo "== --only $sid" >> $OUT/runbook.log
+    setsid python3 -m eagle_tui.cli run runbooks/gpu-sglang-check.yaml --auto --yes --quiet \
+      --state-dir $STATE --only $sid "${SETS[@]}" >> $OUT/runbook.log 2>&1
+  done
+fi
+stage_end runbook
+python3 -m eagle_tui.cli status --state-dir $STATE --json > $OUT/state.json 2> $OUT/state.err
+
+# ---- guards that run whatever the runbook reached: the patch is reverted, bytes checked ----
+stage_start revert-guard
+python3 -m remote_agent.eagle3 patch status --target $T --json > $OUT/patch-status-end.json 2> $OUT/patch-status-end.err
+grep -q '"state": "pristine"' $OUT/patch-status-end.json || \
+  python3 -m remote_agent.eagle3 patch revert --target $T --version 0.5.14 --json \
+    > $WORK/patch-revert.json 2> $OUT/patch-revert.err
+BYTES_OK=$( [ "$(sha256sum $T | cut -c1-64)" = $PRISTINE ] && echo true || echo false )
+stage_end revert-guard
+
+# ---- report ----
+cp -f $WORK/*.json $WORK/*.txt $OUT/ 2>/dev/null
+mkdir -p $OUT/logs; cp -f $STATE/runs/*/logs/*.log $OUT/logs/ 2>/dev/null
+for f in $WORK/sglang-dumps/sglang-server.log $WORK/sglang-dumps/canary/vs-sglang.json; do cp -f $f $OUT/ 2>/dev/null; done
+python3 - "$OUT" "$t0" "$RBRC" "$BYTES_OK" "$STUBS" "${SECS[staging]}" "${SECS[runbook]}" <<'PY' > $OUT/extra.json
+import json, sys, time
+out, t0, rbrc, ok, stubs, st, rb = sys.argv[1:8]
+print(json.dumps({
+  "run": "bench/gpu_sglang.sh: runbooks/gpu-sglang-check.yaml on one H200, real SGLang 0.5.14",
+  "runbook_exit_code": int(rbrc), "revert_byte_identical": ok == "true",
+  "stubbed_modules": stubs.split(), "script_seconds": {"staging": int(st), "runbook": int(rb)},
+  "wall_seconds": int(time.time()) - int(t0),
+}))
 PY
-tail -3 $OUT/build.log
-python3 -m sglang.launch_server --model-path /tmp/tiny --skip-tokenizer-init --attention-backend triton \
-  --grammar-backend none --disable-cuda-graph --mem-fraction-static 0.3 --port 30000 --trust-remote-code \
-  --enable-return-hidden-states --disable-radix-cache > $OUT/server.log 2>&1 &
-SP=$!
-for i in $(seq 150); do curl -s -m 2 localhost:30000/health >/dev/null 2>&1 && break; kill -0 $SP 2>/dev/null || break; sleep 2; done
-curl -s -m 200 localhost:30000/generate -H 'content-type: application/json' -d '{"input_ids":[5,17,99,1000,7,300,42,8],"sampling_params":{"max_new_tokens":8,"temperature":0},"return_hidden_states":true}' > $OUT/generate.json; echo
-curl -s -m 10 localhost:30000/server_info > /tmp/server_info.json
-kill $SP 2>/dev/null; sleep 3; kill -9 $SP 2>/dev/null
-python3 -m remote_agent.eagle3 patch revert --target $T --json > $OUT/patch-revert.json 2>&1; echo "patch revert rc=$?"
-python3 - "$OUT" "$t0" <<'PY'
-import json, sys, hashlib, time, pathlib
-out = pathlib.Path(sys.argv[1]); T = "/tmp/site/sglang/srt/models/deepseek_v2.py"
-def load(p):
-    try: return json.loads(pathlib.Path(p).read_text())
-    except Exception as e: return {"error": f"{p}: {e}"}
-gen = load(out / "generate.json"); hf = load("/tmp/hf.json"); info = load("/tmp/server_info.json")
-ids = gen.get("output_ids") if isinstance(gen, dict) else None
-hs = (gen.get("meta_info") or {}).get("hidden_states") if isinstance(gen, dict) else None
-res = {
-  "sglang_version": "0.5.14", "run": "bench/gpu_sglang.sh (one real SGLang 0.5.14 server on one H200)",
-  "target_context_length": info.get("context_length") if isinstance(info, dict) else None,
-  "server_info_keys": sorted(info)[:80] if isinstance(info, dict) else None,
-  "patch_apply": load(out / "patch-apply.json"), "patch_revert": load(out / "patch-revert.json"),
-  "revert_byte_identical": hashlib.sha256(open(T, "rb").read()).hexdigest() == "947fdc256101f538a668090f82e5eb5f888e2434f2bbbf69a99cdaa628cf902e",
-  "canary": {"sglang_output_ids": ids, "hf_greedy": hf.get("hf_greedy"), "identical": ids is not None and ids == hf.get("hf_greedy")},
-  "return_hidden_states": {"returned": hs is not None, "shape_outer": len(hs) if isinstance(hs, list) else None},
-  "dumps_vs_reference": None, "dumps_vs_sglang_hidden_states": None, "accept_length": None,
-  "not_run": "sglang 0.5.14 has no --enable-return-aux-hidden-states/--return-aux-hidden-state-layer-ids: sglang-launch extract refuses it, so no dumps, no drafter training on them, no serve/accept",
-  "stubbed_modules": (out / "stubs.txt").read_text().split(), "secs": int(time.time()) - int(sys.argv[2]),
-}
-(out / "sglang-real.json").write_text(json.dumps(res, indent=1)); print(json.dumps({k: res[k] for k in ("target_context_length", "revert_byte_identical", "canary")}))
-PY
-tail -20 $OUT/server.log
+python3 bench/gpu_sglang_check.py report --work $WORK --state $OUT/state.json --extra $OUT/extra.json \
+  --out $OUT/sglang-real.json
+echo "total $(( $(date +%s) - t0 ))s"

@@ -1,11 +1,13 @@
 """The dump hook: called from `DeepseekV2ForCausalLM.forward` after the aux hidden states are
 unpacked, with the model, the ForwardBatch, the final (post-norm) hidden states [rows, H] and the
-packed aux states [rows, K*H] (ascending capture layers).
+aux states (ascending capture layers; packed [rows, K*H] on 0.5.23, a list of K [rows, H] on
+0.5.14: compat.py holds every such release difference).
 
 What it does for one forward (reference: sglang-dump-patch.md §6.2):
 1. returns at once unless this is a plain extend (prefill), not under CUDA-graph capture or
    torch.compile, some rid carries the dump prefix, and this process is a writer (attention-TP
-   rank 0 of its attention-DP group on the last pipeline stage);
+   rank 0 of its attention-DP group on the last pipeline stage; a rank that cannot be read is
+   a DumpConfigError, never rank 0);
 2. validates the capture configuration once (capture on, width K*H, expected layer ids) and
    raises a clear DumpConfigError otherwise: a misconfigured server fails at its first dump;
 3. splits the rows per request (`extend_seq_lens_cpu`, falling back to `.tolist()`), drops the
@@ -19,7 +21,8 @@ What it does for one forward (reference: sglang-dump-patch.md §6.2):
    per-sample error markers.
 
 Control rids (after the prefix): `__eagle3__:canary:<nonce>` is dumped into `<dir>/canary/` and
-sealed at once (the client waits for it before sending data); `__eagle3__:flush:<nonce>` seals
+sealed at once, the canaries of one forward in one shard (the client waits for it before sending
+data, and compares it with SGLang's own return_hidden_states); `__eagle3__:flush:<nonce>` seals
 the current shard. Environment, read once per process:
 
   EAGLE3_DUMP_DIR          dump directory; set means enabled (read by the patched module)
@@ -49,7 +52,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import dense
+from . import compat, dense
+from .compat import DumpConfigError
+
+__all__ = ["DumpConfigError", "dump", "reset", "stats"]
 
 PATCH_VERSION = 1
 CONTROL = "__eagle3__:"
@@ -57,10 +63,6 @@ CANARY = CONTROL + "canary:"
 FLUSH = CONTROL + "flush:"
 
 logger = logging.getLogger(__name__)
-
-
-class DumpConfigError(RuntimeError):
-    """The server is not configured for extraction; raised into the forward on purpose."""
 
 
 @dataclass(frozen=True)
@@ -126,40 +128,15 @@ def _get_settings() -> Settings:
 
 
 def _writer_rank(model) -> int | None:
-    """This process's rank tag when it writes dumps, else None.
-
-    Writers are attention-TP rank 0 (and CP rank 0) of each attention-DP group on the last
-    pipeline stage; every such rank holds its group's full rows. The tag is unique across DP
-    replicas and attention-DP groups. Never runs a collective (ranks take different branches).
-    """
-    from sglang.srt.runtime_context import get_parallel
-
-    p = get_parallel()
-
-    def read(name: str, default: Any) -> Any:
-        try:
-            value = getattr(p, name)
-        except (AttributeError, RuntimeError, ValueError):
-            return default
-        return default if value is None else value
-
-    pp_group = getattr(model, "pp_group", None)
-    if pp_group is not None and not pp_group.is_last_rank:
-        return None
-    if read("attn_tp_rank", 0) != 0 or read("attn_cp_rank", 0) != 0:
-        return None
-    return int(read("dp_rank", 0)) * int(read("attn_dp_size", 1)) + int(read("attn_dp_rank", 0))
+    """This process's rank tag when it writes dumps, else None (compat.writer_rank: fails
+    closed with a DumpConfigError when the rank cannot be read)."""
+    return compat.writer_rank(model)
 
 
 def _rank_tag(model) -> int | None:
     global _rank
     if _rank is _NOT_SET:
-        try:
-            _rank = _writer_rank(model)
-        except ImportError as exc:
-            raise DumpConfigError(
-                f"cannot tell whether this rank writes ({exc}); the hook is for sglang 0.5.23"
-            ) from None
+        _rank = _writer_rank(model)
     return _rank
 
 
@@ -197,6 +174,7 @@ def dump(model, forward_batch, hidden_states, aux_hidden_states) -> None:
     rank = _rank_tag(model)
     if rank is None:
         return
+    aux_hidden_states = compat.packed_aux(aux_hidden_states)  # 0.5.14 hands a list
     _get_dumper(model, hidden_states, aux_hidden_states, rank, settings).handle(
         forward_batch, rids, hidden_states, aux_hidden_states
     )
@@ -304,20 +282,6 @@ def _version(name: str) -> str:
         return "unknown"
 
 
-def _parallel_summary() -> dict[str, Any]:
-    try:
-        from sglang.srt.runtime_context import get_parallel
-    except ImportError:
-        return {}
-    p, out = get_parallel(), {}
-    for name in ("tp_size", "attn_tp_size", "attn_dp_size", "attn_cp_size", "pp_size", "dp_rank"):
-        try:
-            out[name] = getattr(p, name)
-        except (AttributeError, RuntimeError, ValueError):
-            pass
-    return out
-
-
 def build_meta(model, hidden: int, layers: int, ids: list[int], settings: Settings, rank: int):
     import torch
 
@@ -343,7 +307,7 @@ def build_meta(model, hidden: int, layers: int, ids: list[int], settings: Settin
             "deepseek_v2_is_reviewed_patch": bool(sha) and sha == installed.get("patched_sha256"),
             "writer_rank": rank,
             "host": socket.gethostname(),
-            "parallel": _parallel_summary(),
+            "parallel": compat.parallel_summary(),
         },
     )
 
@@ -531,15 +495,17 @@ class _Dumper:
     def _process(self, batch: _Batch) -> None:
         for sid, reason, fields in batch.markers:
             self._marker(sid, reason, **fields)
+        canaries = [s for s in batch.samples if s[0].startswith(CANARY)]
         for sid, ids, aux, final in batch.samples:
+            if sid.startswith(CANARY):
+                continue
             try:
-                if sid.startswith(CANARY):
-                    self._write_canary(sid, ids, aux, final)
-                else:
-                    self._add(sid, ids, aux, final)
+                self._add(sid, ids, aux, final)
             except Exception as exc:  # never let one sample stop the writer
                 logger.exception("eagle3 dump: sample %s failed", sid)
                 self._marker(sid, f"dump failed: {type(exc).__name__}: {exc}", kind="error")
+        if canaries:
+            self._write_canaries(canaries)
         if batch.flush:
             self._seal()
         elif self._queue is None:
@@ -583,21 +549,29 @@ class _Dumper:
             self.stats["shards"] += 1
             self.stats["samples"] = writer.samples_written
 
-    def _write_canary(self, sid: str, ids, aux, final) -> None:
+    def _write_canaries(self, samples: list[tuple[str, Any, Any, Any]]) -> None:
+        """The canaries of one forward go into one shard, sealed at once: the client reads
+        "these requests shared a forward" off the shard they landed in."""
         root = self.root / dense.CANARY_DIR
-        if self._canary is None:
-            try:
-                self._canary = dense.ShardWriter(root, self.meta, rank=self.rank)
-            except dense.DumpFormatError:  # a stale canary of another model: disposable
-                import shutil
-
-                shutil.rmtree(root, ignore_errors=True)
-                self._canary = dense.ShardWriter(root, self.meta, rank=self.rank)
         try:
-            self._canary.add(sid, ids, aux, final)
+            if self._canary is None:
+                try:
+                    self._canary = dense.ShardWriter(root, self.meta, rank=self.rank)
+                except dense.DumpFormatError:  # a stale canary of another model: disposable
+                    import shutil
+
+                    shutil.rmtree(root, ignore_errors=True)
+                    self._canary = dense.ShardWriter(root, self.meta, rank=self.rank)
+            for sid, ids, aux, final in samples:
+                self._canary.add(sid, ids, aux, final)
             self._canary.flush()
         except dense.DumpWriteError as exc:
-            self._marker(sid, f"canary write failed: {exc}", kind="io", errno=exc.errno)
+            for sid, *_ in samples:
+                self._marker(sid, f"canary write failed: {exc}", kind="io", errno=exc.errno)
+        except Exception as exc:  # never let a canary stop the writer
+            logger.exception("eagle3 dump: canary failed")
+            for sid, *_ in samples:
+                self._marker(sid, f"canary failed: {type(exc).__name__}: {exc}", kind="error")
 
     def _seal(self) -> None:
         if self._main is None or not self._main.buffered_samples:

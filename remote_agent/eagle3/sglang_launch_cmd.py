@@ -4,9 +4,11 @@ The runbook runs this as a service step (the job *is* the server: `exec`, so can
 stops SGLang's whole process group). Keeping the flags here, in tested code, means the runbook,
 `eagle3 extract --launch` and the docs cannot drift apart.
 
-- extract: capture-only aux hidden states (`--enable-return-aux-hidden-states
-  --speculative-algorithm EAGLE3`), radix cache off, chunked prefill off (`-1`: a large chunk
-  size is not enough), prefill CUDA graph off; the dump patch's environment (EAGLE3_DUMP_*).
+- extract: aux hidden-state capture (0.5.23: `--enable-return-aux-hidden-states
+  --speculative-algorithm EAGLE3`; 0.5.14: an EAGLE3 drafter, `--draft-model DIR`; see
+  sglang_versions.py), radix cache off, chunked prefill off (`-1`: a large chunk size is not
+  enough), prefill CUDA graph off (the effective backend, extra `--arg`s included); the dump
+  patch's environment (EAGLE3_DUMP_*).
 - serve: the drafter with `--speculative-algorithm EAGLE3` (never EAGLE: that silently accepts
   nothing) and the chain-drafting operating point (3 steps, topk 1, 4 draft tokens by default).
 """
@@ -38,7 +40,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rid-prefix", default="dump-")
     p.add_argument("--layers", type=_ids, help="extract: capture ids (default [2, L//2, L-3])")
     p.add_argument("--aux-dtype", choices=("bf16", "fp8_e4m3"), default="bf16")
-    p.add_argument("--draft", type=Path, help="serve: the exported drafter directory")
+    p.add_argument(
+        "--draft",
+        "--draft-model",
+        dest="draft",
+        type=Path,
+        help="serve: the exported drafter; extract on sglang 0.5.14: the drafter that turns "
+        "capture on (any drafter exported for this target)",
+    )
     p.add_argument("--steps", type=int, default=3, help="serve: speculative-num-steps")
     p.add_argument("--topk", type=int, default=1, help="serve: speculative-eagle-topk")
     p.add_argument(
@@ -56,20 +65,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
-    from remote_agent.eagle3.extraction.server import dump_env, launch_command
-
     if args.mode == "extract":
-        from remote_agent.eagle3.sglang_versions import check_extract_supported, installed_version
-
-        check_extract_supported(getattr(args, "sglang_version", None) or installed_version())
-        if args.dump_dir is None:
-            raise BadInput(
-                "extract mode needs --dump-dir (where the patched server writes hidden states)"
-            )
-        cmd = launch_command(
-            args.model, args.port, args.tp, args.layers, ["--trust-remote-code", *args.arg]
-        )
-        return cmd, dump_env(args.dump_dir, args.rid_prefix, args.layers, args.aux_dtype)
+        return extract_command(args)
     if args.draft is None or not (args.draft / "config.json").exists():
         raise BadInput(
             f"serve mode needs --draft DIR with an exported drafter (config.json); got {args.draft}"
@@ -101,6 +98,43 @@ def command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         *args.arg,
     ]
     return cmd, {}
+
+
+def extract_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
+    from remote_agent.eagle3 import sglang_versions as sv
+    from remote_agent.eagle3.extraction.server import dump_env, launch_command, sglang_layer_ids
+
+    version = getattr(args, "sglang_version", None) or sv.installed_version()
+    sv.check_extract_supported(version, args.draft)
+    if args.dump_dir is None:
+        raise BadInput(
+            "extract mode needs --dump-dir (where the patched server writes hidden states)"
+        )
+    layers = args.layers
+    if sv.needs_drafter(version):
+        # the drafter's eagle_config decides what 0.5.14 captures: the hook must expect exactly it
+        n = sv.model_num_layers(args.model)
+        if n is None:
+            raise BadInput(f"{args.model}: no config.json with num_hidden_layers")
+        served = sv.drafter_capture_ids(args.draft, n)
+        if layers and sorted(sglang_layer_ids(layers)) != sorted(served):
+            raise BadInput(
+                f"--layers {layers} but the drafter {args.draft} makes sglang {version} capture "
+                f"{served} (its eagle_config); drop --layers or export a drafter for {layers}"
+            )
+        layers = served
+    cmd = launch_command(
+        args.model,
+        args.port,
+        args.tp,
+        layers,
+        ["--trust-remote-code", *args.arg],
+        capture=sv.capture_flags(version, layers, args.draft),
+    )
+    why = sv.prefill_graph_problem(sv.prefill_backend_from_args(cmd[3:]), "sglang-launch extract")
+    if why:
+        raise BadInput(why)
+    return cmd, dump_env(args.dump_dir, args.rid_prefix, layers, args.aux_dtype)
 
 
 def refuse_short_drafter(args: argparse.Namespace) -> None:

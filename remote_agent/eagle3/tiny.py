@@ -13,6 +13,7 @@ import os
 import sysconfig
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 # Kimi-K2.5-style special tokens (the real Kimi tokenizer is tiktoken-based and not available offline).
 SPECIAL_TOKENS = [
@@ -59,13 +60,31 @@ class TinyPreset:
     num_experts_per_tok: int
     vocab_size: int
     max_position_embeddings: int
+    rope_scaling: tuple[tuple[str, Any], ...] | None = None  # items of config.rope_scaling
 
+
+# Kimi-K2.5's context settings (its config.json): 262144 positions, YaRN from 4096
+KIMI_YARN = (
+    ("type", "yarn"),
+    ("rope_type", "yarn"),
+    ("factor", 64.0),
+    ("original_max_position_embeddings", 4096),
+    ("beta_fast", 1.0),
+    ("beta_slow", 1.0),
+    ("mscale", 1.0),
+    ("mscale_all_dim", 1.0),
+)
 
 PRESETS: dict[str, TinyPreset] = {
     # CPU: seconds to build and run; 8 layers so the capture ids [2, 4, 5] are distinct.
     "ci": TinyPreset(64, 8, 4, 32, 32, 16, 8, 16, 128, 32, 8, 2, 2048, 2048),
     # GPU: about 0.3 B parameters, real MLA head shapes scaled down; trained a few minutes.
     "gpu": TinyPreset(1024, 8, 16, 256, 128, 64, 32, 64, 2816, 512, 16, 4, 16384, 4096),
+    # GPU, Kimi-shaped: Kimi's MLA head dims (kv_lora 512, rope 64, nope 128, v 128) and its
+    # context settings, so a served drafter meets the real 262144-token constraint (issue 16)
+    "kimi-gpu": TinyPreset(
+        1024, 8, 16, 768, 512, 128, 64, 128, 2816, 512, 16, 4, 16384, 262144, KIMI_YARN
+    ),
 }
 
 
@@ -139,6 +158,7 @@ def deepseek_config(preset: TinyPreset, vocab_size: int, eos_token_id: int, pad_
         qk_nope_head_dim=preset.qk_nope_head_dim,
         v_head_dim=preset.v_head_dim,
         max_position_embeddings=preset.max_position_embeddings,
+        rope_scaling=dict(preset.rope_scaling) if preset.rope_scaling else None,
         rms_norm_eps=1e-5,
         bos_token_id=0,
         eos_token_id=eos_token_id,

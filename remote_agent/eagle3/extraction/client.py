@@ -48,6 +48,7 @@ from remote_agent.eagle3.extraction.server import (
     sglang_layer_ids,
 )
 from remote_agent.eagle3.progress import Progress, emit
+from remote_agent.eagle3.sglang_versions import served_capture_ids
 
 CANARY = CONTROL_PREFIX + "canary:"
 FLUSH = CONTROL_PREFIX + "flush:"
@@ -108,7 +109,7 @@ def expected_shapes(opts: ClientOptions, info: dict[str, Any]) -> dict[str, Any]
         exp["layer_ids"] = sorted(sglang_layer_ids(opts.layers))
     elif exp["num_layers"]:
         n = int(exp["num_layers"])
-        exp["layer_ids"] = [2, n // 2, n - 3]
+        exp["layer_ids"] = served_capture_ids(info, n) or [2, n // 2, n - 3]
     return exp
 
 
@@ -168,6 +169,7 @@ class Extraction:
         exp = expected_shapes(opts, {**model_info(self.http), **info})
         ids = dataset.ids()[: opts.limit] if opts.limit else dataset.ids()
         meta = self.canary(dataset.input_ids(ids[0])[:CANARY_TOKENS], exp)
+        vs_sglang = self.canary_vs_sglang(dataset, ids, info)
         if opts.canary_only:
             summary = {
                 "ok": True,
@@ -175,6 +177,7 @@ class Extraction:
                 "server": self.http.url,
                 "layer_ids": meta.aux_layer_ids,
                 "bytes_per_token": meta.bytes_per_token(),
+                "vs_sglang": vs_sglang,
             }
             print(
                 f"canary: dumped and checked ({meta.aux_layer_ids}, {meta.bytes_per_token()} B/token)",
@@ -246,6 +249,30 @@ class Extraction:
                     f"EAGLE3_DUMP_RID_PREFIX={opts.rid_prefix!r}, and the server log"
                 )
             time.sleep(opts.poll_s)
+
+    def canary_vs_sglang(self, dataset: Dataset, ids: list[str], info: dict[str, Any]):
+        """Two samples batched, dumped vs SGLang's return_hidden_states (canary_sglang.py);
+        only on a server started with --enable-return-hidden-states."""
+        if info.get("enable_return_hidden_states") is not True:
+            return None
+        from remote_agent.eagle3.extraction.canary_sglang import compare_with_sglang
+
+        picks = [ids[0], ids[1 % len(ids)]]
+        prompts = [dataset.input_ids(picks[0])[:CANARY_TOKENS], dataset.input_ids(picks[1])]
+        prompts[1] = prompts[1][: max(1, min(len(prompts[1]), CANARY_TOKENS // 2 + 3))]
+        opts = self.opts
+        result = compare_with_sglang(
+            self.http, self.out, opts.rid_prefix, prompts, opts.canary_timeout, opts.poll_s
+        )
+        line = (
+            f"canary vs SGLang return_hidden_states: {result['samples']} batched requests, "
+            f"{'bit-exact' if result['bit_exact'] else 'DIFFERENT'} on {result['compared']} "
+            f"(shared forward: {result['shared_forward']}, max abs err {result['max_abs_err']})"
+        )
+        print(line, flush=True)
+        if not result["bit_exact"]:
+            raise Failed(line + f"; see {self.out / CANARY_DIR}")
+        return result
 
     def _check_canary(self, reader: DumpReader, sid: str, input_ids: list[int], exp) -> DumpMeta:
         import torch

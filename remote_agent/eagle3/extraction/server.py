@@ -19,6 +19,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from remote_agent.eagle3 import sglang_versions as sv
 from remote_agent.eagle3.errors import BadInput, Failed
 
 
@@ -103,16 +104,6 @@ def sglang_layer_ids(ids: list[int]) -> list[int]:
     return [i + 1 for i in ids] if ids and ids[0] == 1 else list(ids)
 
 
-def _prefill_graph_off(info: dict[str, Any]) -> bool:
-    if info.get("disable_prefill_cuda_graph") is True or info.get("disable_cuda_graph") is True:
-        return True
-    if info.get("cuda_graph_backend_prefill") == "disabled":
-        return True
-    cfg = info.get("cuda_graph_config")
-    prefill = cfg.get("prefill") if isinstance(cfg, dict) else None
-    return isinstance(prefill, dict) and prefill.get("backend") == "disabled"
-
-
 def check_flags(
     info: dict[str, Any], tp: int | None = None, layers: list[int] | None = None
 ) -> list[str]:
@@ -125,22 +116,12 @@ def check_flags(
         elif not ok(info[key]):
             problems.append(f"{key} = {info[key]!r}; start SGLang with {fix}")
 
-    need(
-        "enable_return_aux_hidden_states",
-        lambda v: v is True,
-        "--enable-return-aux-hidden-states --speculative-algorithm EAGLE3",
-    )
-    capture = info.get("aux_hidden_state_capture")
-    if capture not in (None, "EAGLE3", "eagle3"):
-        problems.append(
-            f"aux_hidden_state_capture = {capture!r}; use --speculative-algorithm EAGLE3"
-        )
+    problems += sv.capture_problems(info)  # per release (sglang_versions.py)
     need("disable_radix_cache", lambda v: v is True, "--disable-radix-cache")
     need("chunked_prefill_size", lambda v: v == -1, "--chunked-prefill-size -1")
-    if not _prefill_graph_off(info):
-        problems.append(
-            "the prefill CUDA graph is on; start SGLang with --disable-prefill-cuda-graph"
-        )
+    why = sv.prefill_graph_problem(sv.prefill_backend_from_info(info), "server_info")
+    if why:
+        problems.append(why + "; start SGLang with --disable-prefill-cuda-graph")
     for key, fix in (
         ("enable_layernorm_sp", "drop --enable-layernorm-sp"),
         ("enable_attn_tp_input_scattered", "drop --enable-attn-tp-input-scattered"),
@@ -177,7 +158,9 @@ def launch_command(
     layers: list[int] | None,
     extra_args: list[str],
     python: str = sys.executable,
+    capture: list[str] | None = None,
 ) -> list[str]:
+    """`capture`: the release's capture flags (sglang_versions.capture_flags; default 0.5.23's)."""
     cmd = [
         python,
         "-m",
@@ -188,19 +171,16 @@ def launch_command(
         "127.0.0.1",
         "--port",
         str(port),
-        "--enable-return-aux-hidden-states",
-        "--speculative-algorithm",
-        "EAGLE3",
+        *(capture if capture is not None else sv.capture_flags(None, layers, None)),
         "--disable-radix-cache",
         "--chunked-prefill-size",
         "-1",
         "--disable-prefill-cuda-graph",
         "--skip-server-warmup",
+        "--enable-return-hidden-states",  # the canary compares with SGLang's own rows
     ]
     if tp:
         cmd += ["--tp-size", str(tp)]
-    if layers:
-        cmd += ["--return-aux-hidden-state-layer-ids", *map(str, layers)]
     return cmd + list(extra_args)
 
 

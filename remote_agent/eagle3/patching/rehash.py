@@ -37,7 +37,15 @@ _DRIFT_COMMON = (  # relied on, not patched (reference §6.6 plus what the hook 
 # per version: 0.5.14 has neither aux_hidden_states.py nor arg_groups/fields/ (its server args
 # are one dataclass in server_args.py)
 DRIFT_FILES_BY_VERSION = {
-    "0.5.14": (*_DRIFT_COMMON, "sglang/srt/server_args.py"),
+    "0.5.14": (
+        *_DRIFT_COMMON,
+        "sglang/srt/server_args.py",
+        # extraction through a drafter: eagle_config layer ids, target prefill capture mode,
+        # the rows return_hidden_states hands back (the canary's reference)
+        "sglang/srt/model_executor/model_runner.py",
+        "sglang/srt/speculative/eagle_worker_v2.py",
+        "sglang/srt/managers/scheduler_components/batch_result_processor.py",
+    ),
     "0.5.23": (
         *_DRIFT_COMMON,
         "sglang/srt/layers/aux_hidden_states.py",
@@ -58,6 +66,7 @@ def drift_files(version: str) -> tuple[str, ...]:
 HELPER_FILES = {
     "__init__.py": "patches/eagle3_dump/__init__.py",
     "hook.py": "patches/eagle3_dump/hook.py",
+    "compat.py": "patches/eagle3_dump/compat.py",
     "dense.py": "remote_agent/eagle3/dense.py",
 }
 

@@ -31,7 +31,7 @@ def load_hook_package(dest: Path):
     name = f"eagle3_dump_under_test_{uuid.uuid4().hex[:8]}"
     pkg = dest / name
     pkg.mkdir(parents=True)
-    for f in ("__init__.py", "hook.py"):
+    for f in ("__init__.py", "hook.py", "compat.py"):
         shutil.copy(REPO / "patches" / "eagle3_dump" / f, pkg / f)
     shutil.copy(REPO / "remote_agent" / "eagle3" / "dense.py", pkg / "dense.py")
     spec = importlib.util.spec_from_file_location(
@@ -142,10 +142,12 @@ EXTRACTION_FLAGS = {
 
 
 class _Req:
-    def __init__(self, rid: str, ids: list[int]) -> None:
+    def __init__(self, rid: str, ids: list[int], hidden: bool = False) -> None:
         self.rid, self.ids = rid, ids
         self.done = threading.Event()
         self.error: str | None = None
+        self.hidden = hidden  # return_hidden_states: rows of the batch tensor, as SGLang does
+        self.rows: list | None = None
 
 
 class FakeSGLang:
@@ -163,6 +165,7 @@ class FakeSGLang:
         pad_rows: int = 3,
         chunk: int | None = None,
         on_first_request=None,
+        rows_fault: str | None = None,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM
@@ -184,6 +187,10 @@ class FakeSGLang:
             chunk,
         )
         self.on_first_request = on_first_request
+        # how return_hidden_states picks a request's rows: None as SGLang (its own offset);
+        # "swap": the next request's rows, "shift": one row late, "ulp": one value one bf16 step
+        # off (the bugs the canary must catch)
+        self.rows_fault = rows_fault
         self.requests: queue.Queue = queue.Queue()
         self.batches = 0
         self._stop = threading.Event()
@@ -267,6 +274,16 @@ class FakeSGLang:
         input_ids = torch.tensor(ids + [0] * pad, dtype=torch.int64)
         fb = standin_batch(rids, lens, input_ids, prefixes)
         self.batches += 1
+        offsets = [sum(lens[:i]) for i in range(len(lens))]
+        for i, (r, _, _) in enumerate(pieces):
+            if r.hidden:  # what SGLang returns: bf16 values of the batch's aux rows
+                j = (i + 1) % len(pieces) if self.rows_fault == "swap" else i
+                lo = offsets[j] + (1 if self.rows_fault == "shift" else 0)
+                rows = aux[lo : lo + len(r.ids)].to(torch.bfloat16)
+                if self.rows_fault == "ulp":  # one value one bf16 step off
+                    flat = rows.reshape(-1).view(torch.int16)
+                    flat[-1] += 1
+                r.rows = [rows.float().tolist()]
         if self.patched:
             self.hook.dump(self.standin, fb, final, aux)
 
@@ -300,6 +317,9 @@ class FakeSGLang:
                     self._reply(404, {"detail": "Not Found"})
                     return
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if isinstance(body.get("rid"), list):  # a batched call (the SGLang canary)
+                    self._batched(body)
+                    return
                 if body.get("sampling_params", {}).get("max_new_tokens") != 0:
                     self._reply(400, {"error": "extraction requests are prefill-only"})
                     return
@@ -313,5 +333,28 @@ class FakeSGLang:
                         200,
                         {"text": "", "meta_info": {"id": req.rid, "prompt_tokens": len(req.ids)}},
                     )
+
+            def _batched(self, body: dict) -> None:
+                hidden = bool(body.get("return_hidden_states"))
+                if hidden and not server.flags.get("enable_return_hidden_states"):
+                    self._reply(400, {"error": "enable_return_hidden_states is off"})
+                    return
+                pairs = zip(body["rid"], body["input_ids"], strict=True)
+                reqs = [_Req(r, list(i), hidden) for r, i in pairs]
+                for r in reqs:  # queued together: the scheduler takes them into one forward
+                    server.requests.put(r)
+                for r in reqs:
+                    r.done.wait(60)
+                errors = [r.error for r in reqs if r.error]
+                if errors:
+                    self._reply(500, {"error": errors[0]})
+                    return
+                answers = []
+                for r in reqs:
+                    meta = {"id": r.rid, "prompt_tokens": len(r.ids)}
+                    if r.rows is not None:
+                        meta["hidden_states"] = r.rows
+                    answers.append({"text": "", "output_ids": [0], "meta_info": meta})
+                self._reply(200, answers)
 
         return Handler

@@ -149,14 +149,20 @@ def test_non_writer_ranks_do_nothing(hook, root, monkeypatch):
     assert not root.exists()
 
 
-def test_writer_rank_is_attn_tp_rank0_of_each_dp_group(hookmod, monkeypatch):
-    """The real accessor (no `hook` fixture here) against a stand-in sglang runtime_context."""
-    state = {}
+def _standin_runtime(monkeypatch, state: dict, server_args: dict | None) -> None:
     rc = types.ModuleType("sglang.srt.runtime_context")
     rc.get_parallel = lambda: types.SimpleNamespace(**state)
+    if server_args is not None:  # 0.5.23's accessor; absent on 0.5.14 (server_args module)
+        rc.get_server_args = lambda: types.SimpleNamespace(**server_args)
     monkeypatch.setitem(sys.modules, "sglang", types.ModuleType("sglang"))
     monkeypatch.setitem(sys.modules, "sglang.srt", types.ModuleType("sglang.srt"))
     monkeypatch.setitem(sys.modules, "sglang.srt.runtime_context", rc)
+
+
+def test_writer_rank_is_attn_tp_rank0_of_each_dp_group(hookmod, monkeypatch):
+    """The real accessor (no `hook` fixture here) against a stand-in sglang runtime_context."""
+    state: dict = {"attn_cp_rank": 0}
+    _standin_runtime(monkeypatch, state, {"dp_size": 1})
     m = model()
     state.update(attn_tp_rank=1, attn_dp_rank=0, attn_dp_size=1, dp_rank=None)
     assert hookmod._writer_rank(m) is None
@@ -167,6 +173,62 @@ def test_writer_rank_is_attn_tp_rank0_of_each_dp_group(hookmod, monkeypatch):
     state.update(attn_cp_rank=0)
     m.pp_group.is_last_rank = False
     assert hookmod._writer_rank(m) is None
+
+
+def test_writer_rank_fails_closed(hookmod, monkeypatch):
+    """Every field the lookup cannot read is a DumpConfigError naming it, never rank 0."""
+    err = hookmod.DumpConfigError
+    full = {"attn_tp_rank": 0, "attn_cp_rank": 0, "attn_dp_rank": 0, "attn_dp_size": 1}
+    for missing in ("attn_tp_rank", "attn_cp_rank", "attn_dp_rank", "attn_dp_size"):
+        state = {k: v for k, v in full.items() if k != missing}
+        _standin_runtime(monkeypatch, state, {"dp_size": 1})
+        with pytest.raises(err, match=f"get_parallel\\(\\).{missing}"):
+            hookmod._writer_rank(model())
+        _standin_runtime(monkeypatch, {**full, missing: None}, {"dp_size": 1})
+        with pytest.raises(err, match=f"{missing} is None"):
+            hookmod._writer_rank(model())
+    # no dp_rank (0.5.14): one replica is a fact from the server args, two cannot be told apart
+    _standin_runtime(monkeypatch, full, {"dp_size": 1})
+    assert hookmod._writer_rank(model()) == 0
+    _standin_runtime(monkeypatch, full, {"dp_size": 2, "enable_dp_attention": False})
+    with pytest.raises(err, match="DP replicas"):
+        hookmod._writer_rank(model())
+    _standin_runtime(monkeypatch, full, None)  # and no server args readable at all
+    with pytest.raises(err, match="DP replicas"):
+        hookmod._writer_rank(model())
+    m = model()
+    del m.pp_group
+    with pytest.raises(err, match="pp_group"):
+        hookmod._writer_rank(m)
+    monkeypatch.setitem(sys.modules, "sglang.srt.runtime_context", None)  # import fails
+    with pytest.raises(err, match="0.5.14 and 0.5.23"):
+        hookmod._writer_rank(model())
+
+
+def test_a_rank_that_cannot_be_read_refuses_the_dump(hookmod, root, monkeypatch):
+    """Through dump(): the forward gets the error, nothing is written as rank 0."""
+    for key in list(os.environ):
+        if key.startswith("EAGLE3_DUMP_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("EAGLE3_DUMP_DIR", str(root))
+    monkeypatch.setenv("EAGLE3_DUMP_SYNC", "1")
+    hookmod.reset()
+    _standin_runtime(monkeypatch, {"attn_tp_rank": 0}, {"dp_size": 1})
+    fb, final, aux = encoded(["dump-a"], [3])
+    with pytest.raises(hookmod.DumpConfigError):
+        hookmod.dump(model(), fb, final, aux)
+    hookmod.reset()
+    assert not root.exists()
+
+
+def test_aux_as_a_list_of_layers_is_packed_like_sglang_0_5_14(hook, root):
+    """0.5.14 hands K tensors [T, H] (its logits processor cats them on the last dim)."""
+    fb, final, aux = encoded(["dump-a", "dump-b"], [4, 3], pad=1)
+    hook.dump(model(), fb, final, list(aux.split(H, dim=1)))
+    hook.reset()
+    reader = DumpReader(root)
+    check_sample(reader, "a", 0, 4)
+    check_sample(reader, "b", 1, 3)
 
 
 def test_partial_request_becomes_an_error_marker(hook, root):

@@ -64,6 +64,7 @@ def test_round_trip_idempotent_and_byte_identical(release_target, capsys):
     assert sorted(p.name for p in helper.iterdir()) == [
         "INSTALLED.json",
         "__init__.py",
+        "compat.py",
         "dense.py",
         "hook.py",
     ]
@@ -273,6 +274,8 @@ def test_installed_helper_imports_as_sglang_srt_eagle3_dump(target, tmp_path, ca
         "def get_parallel():\n"
         "    return types.SimpleNamespace(attn_tp_rank=0, attn_cp_rank=0, attn_dp_rank=0,"
         " attn_dp_size=1, dp_rank=None)\n"
+        "def get_server_args():\n"
+        "    return types.SimpleNamespace(dp_size=1, enable_dp_attention=False)\n"
     )
     dump_dir = tmp_path / "dump"
     env = {**os.environ, "EAGLE3_DUMP_DIR": str(dump_dir), "EAGLE3_DUMP_SYNC": "1",

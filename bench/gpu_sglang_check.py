@@ -1,0 +1,360 @@
+"""The python parts of the real-SGLang GPU check (bench/gpu_sglang.sh, runbooks/gpu-sglang-check.yaml),
+kept here so they run and are tested on CPU too (tests/eagle3/serving/test_gpu_sglang_check.py).
+
+    python bench/gpu_sglang_check.py sglang-keys MODEL
+    python bench/gpu_sglang_check.py prompts DATA.jsonl --out P.jsonl --limit N
+    python bench/gpu_sglang_check.py server-info URL --out F.json
+    python bench/gpu_sglang_check.py compare-dumps REF SGL --out F.json
+    python bench/gpu_sglang_check.py reference-accept --target T --drafter D --prompts P --out F
+    python bench/gpu_sglang_check.py report --work W --state S --out sglang-real.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+# keys Kimi-K2.5's config.json carries that transformers 5.17's DeepseekV3Config drops on save,
+# but SGLang 0.5.14's deepseek_v2.py reads (the last run died on moe_layer_freq without them);
+# the values are what transformers' DeepseekV3 computes anyway (sigmoid scores, noaux_tc routing)
+SGLANG_KEYS = {
+    "moe_layer_freq": 1,
+    "topk_method": "noaux_tc",
+    "scoring_func": "sigmoid",
+    "ep_size": 1,
+}
+
+
+def sglang_keys(model: Path) -> dict[str, Any]:
+    path = Path(model) / "config.json"
+    cfg = json.loads(path.read_text())
+    added = {k: v for k, v in SGLANG_KEYS.items() if k not in cfg}
+    rope = cfg.get("rope_parameters")
+    if (
+        cfg.get("rope_scaling") is None
+        and isinstance(rope, dict)
+        and rope.get("rope_type") != "default"
+    ):
+        # Kimi's config.json spells it rope_scaling; SGLang's MLA reads that name for its mscale
+        added["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
+    if added:
+        cfg.update(added)
+        path.write_text(json.dumps(cfg, indent=2) + "\n")
+    return added
+
+
+def _first_user_turn(rec: dict[str, Any]) -> str | None:
+    for m in rec.get("messages") or []:
+        if m.get("role") == "user" and m.get("content"):
+            return str(m["content"])
+    for m in rec.get("conversations") or []:
+        if m.get("from") in ("human", "user") and m.get("value"):
+            return str(m["value"])
+    return None
+
+
+def write_prompts(data: Path, out: Path, limit: int, max_chars: int = 1500) -> int:
+    """MT-Bench-style single-turn prompts (`{"turns": [text]}`) from a conversation JSONL: one
+    user turn each, so SGLang and the reference decoder see the very same tokens."""
+    rows = []
+    with open(data, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            text = _first_user_turn(json.loads(line))
+            if text:
+                rows.append(json.dumps({"turns": [text[:max_chars]]}))
+            if len(rows) >= limit:
+                break
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(rows) + "\n")
+    return len(rows)
+
+
+def save_server_info(url: str, out: Path) -> dict[str, Any]:
+    with urllib.request.urlopen(url.rstrip("/") + "/server_info", timeout=30) as r:
+        info = json.loads(r.read())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(info, indent=1, default=str))
+    return info
+
+
+def compare_dumps(ref: Path, sgl: Path) -> dict[str, Any]:
+    """Token ids and per-tensor errors of the SGLang dumps against the HF reference extractor's.
+
+    rel err is per sample max|sgl - ref| / max|ref| (a norm-relative figure: elementwise ratios
+    explode on values near 0), the max over samples reported."""
+
+    from remote_agent.eagle3.dense import DumpReader
+
+    a, b = DumpReader(ref), DumpReader(sgl)
+    common = sorted(set(a.ids()) & set(b.ids()))
+    out: dict[str, Any] = {
+        "samples_reference": len(a),
+        "samples_sglang": len(b),
+        "samples_compared": len(common),
+        "ids_identical": bool(common) and len(a) == len(b),
+        "aux_layer_ids": {"reference": a.meta.aux_layer_ids, "sglang": b.meta.aux_layer_ids},
+        "max_abs_err": {},
+        "max_rel_err": {},
+        "mean_abs_err": {},
+    }
+    if a.meta.aux_layer_ids != b.meta.aux_layer_ids:
+        out["ids_identical"] = False
+        out["error"] = "the two dumps captured different layers"
+        return out
+    sums: dict[str, float] = {"aux": 0.0, "final": 0.0}
+    count: dict[str, int] = {"aux": 0, "final": 0}
+    for sid in common:
+        x, y = a.get(sid), b.get(sid)
+        if x["input_ids"].tolist() != y["input_ids"].tolist():
+            out["ids_identical"] = False
+            out.setdefault("ids_differ", []).append(sid)
+            continue
+        for name in ("aux", "final"):
+            r, s = x[name].float(), y[name].float()
+            d = (s - r).abs()
+            out["max_abs_err"][name] = max(out["max_abs_err"].get(name, 0.0), float(d.max()))
+            rel = float(d.max() / r.abs().max().clamp_min(1e-12))
+            out["max_rel_err"][name] = max(out["max_rel_err"].get(name, 0.0), rel)
+            sums[name] += float(d.sum())
+            count[name] += d.numel()
+    for name in sums:
+        if count[name]:
+            out["mean_abs_err"][name] = sums[name] / count[name]
+    a.close()
+    b.close()
+    return out
+
+
+def reference_accept(
+    target: Path,
+    drafter: Path,
+    prompts: Path,
+    max_new_tokens: int,
+    steps: int,
+    device: str,
+    dtype: str,
+) -> dict[str, Any]:
+    """The torch reference decoder's accept length on the prompts `eagle3 accept` sends, rendered
+    the same way (serving.run_conversation), with the same estimator and CI (accept_stats)."""
+    import torch
+
+    from remote_agent.eagle3.accept_stats import accept_stats
+    from remote_agent.eagle3.drafter.contract import resolve_capture_ids
+    from remote_agent.eagle3.drafter.evaluate import Target, speculative_decode
+    from remote_agent.eagle3.drafter.export import load_export
+    from remote_agent.eagle3.drafter.synthetic import end_ids, load_target, text_config
+    from remote_agent.eagle3.serving import load_prompts
+
+    tdtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    model, tok = load_target(Path(target), device, tdtype)
+    draft, config = load_export(Path(drafter), device, tdtype)
+    ids = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    aux = resolve_capture_ids(ids, text_config(model).num_hidden_layers)
+    if config["hidden_size"] == config["target_hidden_size"]:
+        with torch.no_grad():
+            draft.embed_tokens.weight.copy_(model.get_input_embeddings().weight.to(tdtype))
+    tgt, eos = Target(model, aux), end_ids(Path(target), tok)
+    per, t0 = [], time.time()
+    for turns in load_prompts(Path(prompts), None):
+        text = tok.apply_chat_template(turns[:1], tokenize=False, add_generation_prompt=True)
+        prompt = tok(text, add_special_tokens=False)["input_ids"]
+        dec = speculative_decode(tgt, draft, prompt, max_new_tokens, steps, eos)
+        per.append({"completion_tokens": len(dec.tokens), "spec_verify_ct": dec.verify_steps})
+    out = accept_stats(per)
+    out.update(seconds=round(time.time() - t0, 1), device=device, dtype=dtype, steps=steps)
+    return out
+
+
+def agree(sglang: dict[str, Any] | None, reference: dict[str, Any] | None) -> dict[str, Any]:
+    """Both accept lengths with their CI95; they agree when either lies in the other's interval."""
+    s = (sglang or {}).get("accept_length")
+    r = (reference or {}).get("accept_length")
+    s_ci, r_ci = (
+        (sglang or {}).get("accept_length_ci95"),
+        (reference or {}).get("accept_length_ci95"),
+    )
+    within = None
+    if s is not None and r is not None and s_ci and r_ci:
+        within = bool(r_ci[0] <= s <= r_ci[1] or s_ci[0] <= r <= s_ci[1])
+    return {
+        "sglang": s,
+        "reference": r,
+        "ci95": {"sglang": s_ci, "reference": r_ci},
+        "agree": within,
+    }
+
+
+def _load(path: Path) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        return {"error": f"{path}: {exc}"}
+
+
+def _text(path: Path) -> str | None:
+    try:
+        return Path(path).read_text()[-2000:]
+    except OSError:
+        return None
+
+
+def _stages(state: Path) -> dict[str, Any]:
+    """Per-step status, seconds and message from the runbook's state (eagle-tui status --json)."""
+    data = _load(state)
+    steps = data.get("steps") if isinstance(data, dict) else None
+    if not isinstance(steps, dict):
+        return {"error": data.get("error") if isinstance(data, dict) else "no state"}
+    out = {}
+    for sid, rec in steps.items():
+        start, end = rec.get("started_at"), rec.get("ended_at")
+        out[sid] = {
+            "status": rec.get("status"),
+            "seconds": round(end - start, 1) if start and end else None,
+            "exit_code": rec.get("exit_code"),
+            "message": (rec.get("reason") or "")
+            + (f": {rec['message']}" if rec.get("message") else ""),
+        }
+    return out
+
+
+def report(work: Path, state: Path, extra: dict) -> dict:
+    w = Path(work)
+    info = _load(w / "server-info-extract.json")
+    vs = _load(w / "sglang-dumps" / "canary" / "vs-sglang.json")
+    accept = _load(w / "accept.json")
+    ref = _load(w / "reference-accept.json")
+    res: dict[str, Any] = {
+        "sglang_version": extra.get("sglang_version", "0.5.14"),
+        "target_context_length": info.get("context_length") if isinstance(info, dict) else None,
+        "dumps_vs_reference": _load(w / "dumps-vs-reference.json"),
+        "dumps_vs_sglang_hidden_states": {
+            k: vs.get(k)
+            for k in (
+                "bit_exact",
+                "samples",
+                "shared_forward",
+                "compared",
+                "not_compared",
+                "max_abs_err",
+                "error",
+            )
+            if k in vs
+        },
+        "accept_length": agree(
+            accept if "error" not in accept else None, ref if "error" not in ref else None
+        ),
+        "accept_report": accept,
+        "reference_accept_report": ref,
+        "serve_check": _text(w / "serve-check.txt"),
+        "patch": {"apply": _load(w / "patch-apply.json"), "revert": _load(w / "patch-revert.json")},
+        "stages": _stages(state),
+        "commands": {"script": "bash bench/gpu_sglang.sh", **_commands(state)},
+        **extra,
+    }
+    if isinstance(info, dict) and "context_length" not in info:
+        res["target_context_length_note"] = "server_info had no context_length key"
+    return res
+
+
+def _commands(state: Path) -> dict[str, Any]:
+    """The commands each step ran, interpolated, from the runbook's state."""
+    data = _load(state)
+    steps = data.get("steps") if isinstance(data, dict) else None
+    if not isinstance(steps, dict):
+        return {}
+    return {sid: rec.get("command") for sid, rec in steps.items() if rec.get("command")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("sglang-keys")
+    s.add_argument("model", type=Path)
+    s = sub.add_parser("prompts")
+    s.add_argument("data", type=Path)
+    s.add_argument("--out", type=Path, required=True)
+    s.add_argument("--limit", type=int, default=32)
+    s = sub.add_parser("server-info")
+    s.add_argument("url")
+    s.add_argument("--out", type=Path, required=True)
+    s = sub.add_parser("compare-dumps")
+    s.add_argument("ref", type=Path)
+    s.add_argument("sgl", type=Path)
+    s.add_argument("--out", type=Path, required=True)
+    s.add_argument("--max-rel-err", type=float, default=0.1, help="fail (exit 1) above this")
+    s = sub.add_parser("reference-accept")
+    s.add_argument("--target", type=Path, required=True)
+    s.add_argument("--drafter", type=Path, required=True)
+    s.add_argument("--prompts", type=Path, required=True)
+    s.add_argument("--max-new-tokens", type=int, default=128)
+    s.add_argument("--steps", type=int, default=3)
+    s.add_argument("--device", default="cuda")
+    s.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"))
+    s.add_argument("--out", type=Path, required=True)
+    s = sub.add_parser("report")
+    s.add_argument("--work", type=Path, required=True)
+    s.add_argument("--state", type=Path, required=True, help="eagle-tui status --json output")
+    s.add_argument("--extra", type=Path, help="JSON merged into the report (staging facts)")
+    s.add_argument("--out", type=Path, required=True)
+    a = p.parse_args(argv)
+    if a.cmd == "sglang-keys":
+        print(json.dumps({"added": sglang_keys(a.model)}))
+        return 0
+    if a.cmd == "prompts":
+        n = write_prompts(a.data, a.out, a.limit)
+        print(f"{a.out}: {n} prompts")
+        return 0 if n else 1
+    if a.cmd == "server-info":
+        info = save_server_info(a.url, a.out)
+        print(
+            json.dumps(
+                {k: info.get(k) for k in ("version", "context_length", "speculative_algorithm")}
+            )
+        )
+        return 0
+    if a.cmd == "compare-dumps":
+        r = compare_dumps(a.ref, a.sgl)
+    elif a.cmd == "reference-accept":
+        r = reference_accept(
+            a.target, a.drafter, a.prompts, a.max_new_tokens, a.steps, a.device, a.dtype
+        )
+    else:
+        extra = _load(a.extra) if a.extra else {}
+        r = report(a.work, a.state, extra if isinstance(extra, dict) else {})
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(r, indent=1, default=str) + "\n")
+    print(
+        json.dumps(
+            {
+                k: v
+                for k, v in r.items()
+                if k
+                not in (
+                    "stages",
+                    "commands",
+                    "accept_report",
+                    "reference_accept_report",
+                    "per_sample",
+                )
+            },
+            default=str,
+        )[:2000]
+    )
+    if a.cmd == "compare-dumps":
+        worst = max(r.get("max_rel_err", {}).values(), default=float("inf"))
+        return 0 if r.get("ids_identical") and worst <= a.max_rel_err else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
