@@ -3,36 +3,14 @@ holder and exits 4 at once (it showed a blank screen, then exited 2 silently).""
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 
 import pytest
 
-from .helpers import JOB, RUNBOOKS
-from .tmux_driver import TmuxDriver
+from .helpers import RUNBOOKS
+from .tmux_driver import TmuxDriver, cockpit_argv, terminal_env
 
 pytestmark = pytest.mark.skipif(not TmuxDriver.available(), reason="tmux is not installed")
-
-
-def cockpit_argv(tmp_path) -> list[str]:
-    argv = [sys.executable, "-m", "eagle_tui.cli", "run", str(RUNBOOKS / "actions.yaml")]
-    argv += ["--state-dir", str(tmp_path / "state"), "--host", "local"]
-    for s in (f"work={tmp_path / 'work'}", f"python={sys.executable}", f"job={JOB}"):
-        argv += ["--set", s]
-    return argv
-
-
-def terminal_env(tmp_path) -> dict[str, str]:
-    return {
-        "TERM": "xterm-256color",
-        "TEXTUAL_ANIMATIONS": "none",
-        "EAGLE_TUI_SPOOL": os.environ["EAGLE_TUI_SPOOL"],
-        "XDG_CONFIG_HOME": str(tmp_path / "config"),
-        "PATH": os.environ.get("PATH", ""),
-        "HOME": os.environ.get("HOME", str(tmp_path)),
-        "PS1": "$ ",
-    }
 
 
 def test_second_cockpit_on_a_held_run_says_who_and_exits_4(tmp_path):
@@ -42,10 +20,10 @@ def test_second_cockpit_on_a_held_run_says_who_and_exits_4(tmp_path):
     first.start()
     second.start()
     try:
-        first.run(cockpit_argv(tmp_path))
+        first.run(cockpit_argv(RUNBOOKS / "actions.yaml", tmp_path))
         first.wait_for(r"● connected")
         t0 = time.monotonic()
-        second.run(cockpit_argv(tmp_path))
+        second.run(cockpit_argv(RUNBOOKS / "actions.yaml", tmp_path))
         second.wait_for(r"EXIT=4", timeout=20)
         took = time.monotonic() - t0
         screen = second.screen()

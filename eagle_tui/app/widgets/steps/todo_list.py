@@ -20,6 +20,7 @@ COLUMNS = ("", "step", "title", "time", "guards", "note")
 TITLE_MIN, TITLE_MAX = 12, 44  # the title column's width range (cells)
 NOTE_MIN = 10  # the note column's width when it is shown
 TITLE_ROOM = 20  # the title cells a note column may not take away
+TIME_W = 6  # "59m59s", "12h05m"
 NOTES = {
     "already_satisfied": "already done",
     "guards_passed": "",
@@ -63,6 +64,7 @@ class TodoList(DataTable):
     def on_mount(self) -> None:
         self._cols = [self.add_column(label, key=label or "icon") for label in COLUMNS]
         self._titles: list[str] = []
+        self._ids: list[str] = []
 
     class StepHighlighted(Message):
         """The cursor is on another step (the screen shows it)."""
@@ -80,29 +82,32 @@ class TodoList(DataTable):
         self.fit_columns()
 
     def fit_columns(self) -> None:
-        """Share the pane's width: the fixed columns keep their full width (the guards header
-        is never cut to "guar"), the title gets what it needs up to TITLE_MAX, the note the rest."""
+        """Share the pane's width with fixed column widths (auto widths follow the cells seen so
+        far and cut later ones: "1m00" for "1m00s"): icon, step id, time and guards keep theirs
+        (the guards header is never cut to "guar"), the title gets what it needs up to
+        TITLE_MAX, the note the rest, when the title keeps TITLE_ROOM cells beside it."""
         if not self._cols:
             return
-        title_col, note_col = self.columns[self._cols[2]], self.columns[self._cols[5]]
-        fixed = sum(
-            self.columns[k].get_render_width(self)
-            for k in (self._cols[0], self._cols[1], self._cols[3], self._cols[4])
-        )
-        rest = self.scrollable_content_region.width - fixed - 4 * self.cell_padding
+        step_w = max([len(sid) for sid in self._ids] + [len("step")])
+        fixed = {0: 1, 1: step_w, 3: TIME_W, 4: len("guards")}
+        pad = 2 * self.cell_padding
+        rest = self.scrollable_content_region.width - sum(fixed.values()) - len(COLUMNS) * pad
         want = min(TITLE_MAX, max([len(t) for t in self._titles] + [len("title")]))
-        # a note column only when the title keeps TITLE_ROOM cells beside it
         note = NOTE_MIN if rest - NOTE_MIN >= min(want, TITLE_ROOM) else 0
         title = max(TITLE_MIN, min(want, rest - note))
-        note = max(note, rest - title)
-        if (title_col.width, note_col.width) != (title, note) or title_col.auto_width:
-            title_col.auto_width = note_col.auto_width = False
-            title_col.width, note_col.width = title, note
+        widths = {**fixed, 2: title, 5: max(note, rest - title)}
+        changed = False
+        for i, width in widths.items():
+            col = self.columns[self._cols[i]]
+            if col.auto_width or col.width != width:
+                col.auto_width, col.width, changed = False, width, True
+        if changed:
             self._require_update_dimensions = True  # DataTable re-lays out its columns
             self.refresh()
 
     def set_steps(self, steps: list[tuple[str, str]]) -> None:
         self._titles = [title for _, title in steps]
+        self._ids = [sid for sid, _ in steps]
         for sid, title in steps:
             self.add_row(*self._cells(sid, title, StepRecord(), 0.0, [], False), key=sid)
         self.call_after_refresh(self.fit_columns)  # the step column's width is known now
