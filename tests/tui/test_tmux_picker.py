@@ -34,10 +34,10 @@ def test_picker_opens_another_run(tmp_path):
         tm.wait_for(r"Runs of cockpit-actions")
         tm.wait_for(r"\(open\)")
         tm.keys("Up", "Enter")  # the older run (oldest first)
-        tm.wait_for(rf"opening run {first}", timeout=20)
-        tm.wait_for(rf"run {first} \(resumed\)", timeout=20)
+        tm.wait_for(rf"run {first} \(resumed\)[\s\S]*● connected", timeout=30)
         tm.keys("q")
-        tm.wait_for(r"EXIT=0", timeout=20)
+        tm.wait_for(r"EXIT=0[\s\S]*EXIT=0", timeout=20)
+        assert f"opening run {first}" in tm.screen()  # printed between the two cockpits
     finally:
         tm.stop()
     state = json.loads((tmp_path / "state" / "runs" / first / "state.json").read_text())

@@ -17,7 +17,7 @@ from runbook.events import PENDING, RUNNING, SUCCEEDED
 from runbook.state import StepRecord
 
 COLUMNS = ("", "step", "title", "time", "guards", "note")
-TITLE_MIN, TITLE_MAX = 12, 44  # the title column's width range (cells)
+TITLE_MAX = 44  # the title column's widest (cells)
 NOTE_MIN = 10  # the note column's width when it is shown
 TITLE_ROOM = 20  # the title cells a note column may not take away
 TIME_W = 6  # "59m59s", "12h05m"
@@ -94,8 +94,9 @@ class TodoList(DataTable):
         rest = self.scrollable_content_region.width - sum(fixed.values()) - len(COLUMNS) * pad
         want = min(TITLE_MAX, max([len(t) for t in self._titles] + [len("title")]))
         note = NOTE_MIN if rest - NOTE_MIN >= min(want, TITLE_ROOM) else 0
-        title = max(TITLE_MIN, min(want, rest - note))
-        widths = {**fixed, 2: title, 5: max(note, rest - title)}
+        title = max(1, min(want, rest - note))  # narrower than the pane allows: no h-scroll
+        left = rest - title  # the note gets what is left, unless that is too little to read
+        widths = {**fixed, 2: title, 5: left if left >= NOTE_MIN else 0}
         changed = False
         for i, width in widths.items():
             col = self.columns[self._cols[i]]
