@@ -62,7 +62,7 @@ from runbook.transports import TransportError
 OPERATOR_ERRORS = (ValueError, KeyError)  # refused actions (e.g. skipping a running step)
 
 
-class CockpitApp(HostTrust, App[int]):
+class CockpitApp(App[int]):
     CSS_PATH = Path(__file__).parent / "cockpit.tcss"  # absolute: subclasses live elsewhere
     TITLE = "eagle-tui"
     ansi_theme_dark = Reactive(READABLE_DARK, init=False)  # ANSI colour names, readable
@@ -111,7 +111,7 @@ class CockpitApp(HostTrust, App[int]):
         self.quit_work: LiveWork | None = None
         self.reachability = Reachability()
         self.next_run: str | None = None  # the run picker's choice: run_app opens it next
-        self._trust_offered: set[tuple[str, str]] = set()
+        self.trust = HostTrust(self)  # unknown host keys: ask, then reconnect trusting
         self.actions = EngineActions(self)  # the operator's commands, a composed object
         self.main = MainScreen()
         engine.listeners.append(self.engine_listener)
@@ -153,7 +153,7 @@ class CockpitApp(HostTrust, App[int]):
     def _connection(self, m: msg.ConnectionChanged) -> None:
         ev = m.event
         if ev.state == "failed" and ev.message:
-            self.offer_trust(ev.host, ev.message)
+            self.trust.offer_trust(ev.host, ev.message)
         elif line := self.reachability.update(ev.host, ev.state, ev.attempt, ev.message):
             self.notify(line, severity="error", timeout=30)
 
@@ -282,7 +282,7 @@ class CockpitApp(HostTrust, App[int]):
                     if sid
                     else self.engine.default_host
                 )
-                self.offer_trust(host, err)
+                self.trust.offer_trust(host, err)
                 return
             self.notify(f"{w.name}: {err}", severity="error", timeout=10)
             return
