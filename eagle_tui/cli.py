@@ -184,6 +184,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         for sid in args.yes or []:
             if sid != "*" and sid not in probe.runbook.step_ids:
                 raise RunbookError([f"--yes {sid}: no such step"])
+        if args.python is not None and not args.python.strip():
+            raise RunbookError(["--python: expected the path of a python on the box"])
         bad = [fp for fp in args.trust_host or [] if not FINGERPRINT.fullmatch(fp)]
         if bad:
             raise RunbookError(
@@ -232,10 +234,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             code, str(engine.store.audit_path), engine.audit.head.seq, engine.audit.head.hash
         )
     elif args.dry_run:
-        print(
-            f"dry run: {'every guard passes' if code == EXIT_OK else 'some steps would be blocked'}; nothing changed"
-        )
+        print(dry_run_verdict(getattr(engine, "dry_report", {})))
     return code
+
+
+def dry_run_verdict(report: dict[str, tuple[str, str]]) -> str:
+    """The dry run's last line: every blocked step and why, or that nothing is blocked."""
+    blocked = [f"{sid} ({why})" for sid, (state, why) in report.items() if state == "blocked"]
+    pending = [sid for sid, (state, _) in report.items() if state == "pending"]
+    waits = f"; {len(pending)} pending on earlier steps" if pending else ""
+    if blocked:
+        return f"dry run: blocked: {'; '.join(blocked)}{waits}; nothing changed"
+    return f"dry run: nothing blocked{waits}; nothing changed"
 
 
 # ---------------------------------------------------------------------- status
@@ -252,7 +262,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from eagle_tui.headless import ICONS, STYLES, progress_text
+    from eagle_tui.present.status import ICONS, STYLES, progress_text
     from runbook.units import format_duration
 
     table = Table(title=f"run {run.run_id} · runbook {run.runbook_name}", header_style="bold")
@@ -342,10 +352,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
         if result.bad_record:
             _err(f"first bad record: {result.bad_record}")
         return EXIT_FAILED
+    from eagle_tui.present.audit_md import export_markdown
+
     records = audit_mod.read_records(path) if path.exists() else []
     fmt = args.format
     text = {"jsonl": audit_mod.export_jsonl, "csv": audit_mod.export_csv}.get(fmt)
-    out = text(records) if text else audit_mod.export_markdown(records, result)
+    out = text(records) if text else export_markdown(records, result)
     if args.output:
         tmp = Path(f"{args.output}.tmp.{os.getpid()}")
         tmp.write_text(out)
@@ -401,6 +413,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--host", help="default host for steps without their own (overrides the runbook's host)"
+    )
+    p.add_argument(
+        "--python",
+        metavar="PATH",
+        help="the python on the box for a host not in the runbook's `hosts:` (e.g. --host "
+        "user@box): it runs the agent, and `python` in jobs and guards means it (as Ansible's "
+        "interpreter setting); a `hosts:` entry says its own with `python:`",
     )
     which = p.add_mutually_exclusive_group()
     which.add_argument(

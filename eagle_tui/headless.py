@@ -3,7 +3,6 @@ when stdout is not a terminal (CI logs) and as a live Rich display when it is.""
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -13,16 +12,12 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from eagle_tui.present import guards as guard_view
+from eagle_tui.present.status import ICONS, STYLES, progress_text
 from remote_agent.eagle3.progress import PREFIX as PROGRESS_PREFIX
 from runbook.events import (
-    BLOCKED,
-    CANCELLED,
-    FAILED,
-    LOST,
     PENDING,
     RUNNING,
-    SKIPPED,
-    SUCCEEDED,
     ConnectionChanged,
     DryRunStep,
     Event,
@@ -35,45 +30,6 @@ from runbook.events import (
     StepChanged,
 )
 from runbook.units import format_duration
-
-ICONS = {
-    PENDING: "·",
-    BLOCKED: "⏸",
-    RUNNING: "▶",
-    SUCCEEDED: "✓",
-    FAILED: "✗",
-    LOST: "?",
-    CANCELLED: "⊘",
-    SKIPPED: "↷",
-}
-STYLES = {
-    PENDING: "dim",
-    BLOCKED: "yellow",
-    RUNNING: "cyan",
-    SUCCEEDED: "green",
-    FAILED: "red",
-    LOST: "magenta",
-    CANCELLED: "red",
-    SKIPPED: "blue",
-}
-
-
-def progress_text(rec: dict[str, Any]) -> str:
-    """`merge 12,000/37,312 records · 5,210/s · ETA 4s` from an eagle3 progress record."""
-    if rec.get("kind") == "result":
-        return "done"
-    done, total, unit = rec.get("done"), rec.get("total"), rec.get("unit", "")
-    parts = [str(rec.get("stage", ""))]
-    if total:
-        pct = 100.0 * float(done or 0) / float(total)
-        parts.append(f"{done:,}/{total:,} {unit} ({pct:.0f}%)")
-    elif done is not None:
-        parts.append(f"{done:,} {unit}")
-    if rec.get("rate"):
-        parts.append(f"{float(rec['rate']):,.1f}/s")
-    if rec.get("eta_s") is not None:
-        parts.append(f"ETA {format_duration(float(rec['eta_s']))}")
-    return " · ".join(p for p in parts if p)
 
 
 class HeadlessView:
@@ -162,6 +118,7 @@ class HeadlessView:
                 "done": "green",
                 "satisfied": "green",
                 "would run": "cyan",
+                "pending": "dim",
                 "blocked": "yellow",
             }[event.state]
             cmd = (
@@ -169,37 +126,27 @@ class HeadlessView:
                 if isinstance(event.command, str) or event.command is None
                 else " ".join(event.command)
             )
-            warn = " [bold red](destructive: needs confirmation)[/]" if event.destructive else ""
-            self._print(
-                Text.from_markup(
-                    f"[{style}]{escape(event.state):>9}[/] [bold]{escape(event.step_id)}[/] "
-                    f"on {escape(event.host)}{warn}: {escape(str(cmd or '(guards only)'))}"
-                )
-            )
-            for line in self._dry_guards.pop(event.step_id, []):  # guards are evaluated first
-                self._print(line)
+            line = Text(f"{event.state:>9}", style=style) + Text(" ")
+            line.append(event.step_id, style="bold")
+            line.append(f" on {event.host}")
+            if event.destructive:
+                line.append(" (destructive: needs confirmation)", style="bold red")
+            line.append(f": {cmd or '(guards only)'}")
+            if event.why:
+                line.append(f"\n          {event.why}", style=style)
+            self._print(line)
+            for guard_line in self._dry_guards.pop(event.step_id, []):  # evaluated first
+                self._print(guard_line)
         elif isinstance(event, GuardsEvaluated):
-            dry = self.dry_run
-            for r in event.results:
-                if dry:
-                    mark = "[green]✓[/]" if r.get("ok") else "[red]✗[/]"
-                    observed = json.dumps(r.get("observed"), default=str)
-                    observed = observed if len(observed) <= 160 else observed[:157] + "..."
-                    label = r.get("title") or r.get("check")
-                    self._dry_guards.setdefault(event.step_id, []).append(
-                        Text.from_markup(
-                            f"      {mark} {escape(str(label))}: {escape(str(r.get('message')))}"
-                            f" [dim]observed {escape(observed)}[/]"
-                        )
-                    )
-                elif not r.get("ok"):
-                    mark = "[green]✓[/]" if r.get("ok") else "[red]✗[/]"
-                    self._print(
-                        Text.from_markup(
-                            f"  {mark} {escape(event.step_id)} {event.phase} "
-                            f"{escape(str(r.get('check')))}: {escape(str(r.get('message')))}"
-                        )
-                    )
+            results = [{"phase": event.phase, **r} for r in event.results]
+            if self.dry_run:
+                self._dry_guards.setdefault(event.step_id, []).extend(
+                    guard_view.rich_lines(results, indent="      ")
+                )
+            else:  # a live run prints only what stops a step: a blocking guard, a failed proof
+                for g in guard_view.views(results):
+                    if g.mark == "✗":
+                        self._print(Text(f"  {event.step_id} ") + Text(g.plain(), style=g.style))
         elif isinstance(event, LogChunk):
             if self.show_logs:
                 self._log(event.step_id, event.text)

@@ -112,11 +112,18 @@ def _path_info(p: Path) -> dict[str, Any]:
     return {"exists": True, "type": kind, "size": st.st_size}
 
 
+def _exists_text(p: Path, obs: dict[str, Any]) -> str:
+    """A file's size; a directory entry's size says nothing of its contents, so none is given."""
+    if obs["type"] == "file":
+        return f"{p} exists (file, {_gib(obs['size'])})"
+    return f"{p} exists ({'a directory' if obs['type'] == 'dir' else obs['type']})"
+
+
 def check_path_exists(f: Fields) -> Result:
     p = f.path()
     obs = _path_info(p)
     if obs["exists"]:
-        return True, obs, f"{p} exists ({obs['type']}, {obs['size']} bytes)"
+        return True, obs, _exists_text(p, obs)
     return False, obs, f"{p} does not exist"
 
 
@@ -124,7 +131,7 @@ def check_path_absent(f: Fields) -> Result:
     p = f.path()
     obs = _path_info(p)
     if obs["exists"]:
-        return False, obs, f"{p} exists ({obs['type']}, {obs['size']} bytes)"
+        return False, obs, _exists_text(p, obs)
     return True, obs, f"{p} is absent"
 
 
@@ -179,7 +186,16 @@ def disk_usage(p: Path) -> dict[str, Any]:
 
 
 def _gib(n: float) -> str:
-    return f"{n / (1 << 30):.2f} GiB"
+    """A byte count a person reads (the same units as runbook/units.py's format_size)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            break
+        n /= 1024
+    return f"{int(n)} B" if unit == "B" else f"{n:.1f} {unit}"
+
+
+def _files(n: int) -> str:
+    return f"{n:,} file" + ("" if n == 1 else "s")
 
 
 def check_disk_free(f: Fields) -> Result:
@@ -255,13 +271,14 @@ def check_dir_size(f: Fields) -> Result:
     bounds = " and ".join(
         x
         for x in (
-            f">= {_gib(lo)}" if lo is not None else "",
+            f">= {_gib(lo)}" if lo else "",  # ">= 0 B" bounds nothing: not worth a word
             f"<= {_gib(hi)}" if hi is not None else "",
         )
         if x
     )
-    verdict = "within" if ok else "not within"
-    msg = f"{p}: {_gib(obs['bytes'])} in {obs['files']} files, {verdict} {bounds or 'any bound'}"
+    msg = f"{p}: {_gib(obs['bytes'])} in {_files(obs['files'])}"
+    if bounds:
+        msg += f", {'within' if ok else 'not within'} {bounds}"
     return ok, obs, msg
 
 
@@ -400,7 +417,8 @@ def check_manifest(f: Fields) -> Result:
             )
     if problems:
         return False, obs, f"{p}: " + "; ".join(problems)
-    return True, obs, f"{p}: {len(expect)} field(s) match, {target.name} sha256 matches"
+    fields = f"{', '.join(expect)} as expected, " if expect else ""
+    return True, obs, f"{p}: {fields}{target.name} sha256 matches"
 
 
 # --- processes and network ---------------------------------------------------------------------
@@ -550,7 +568,14 @@ def check_removal_target(f: Fields) -> Result:
     why, observed = refusal(f.str("path"), f.str("root", None), f.strs("protected", []))
     if why:
         return False, observed, f"refused {f.str('path')!r}: {why}"
-    return True, observed, f"{f.str('path')!r} deletes {observed['target']}"
+    try:  # exactly what the delete takes (what `rm -rf` of this target frees)
+        observed.update(dir_size(Path(observed["target"]), f.deadline(600)))
+    except (FileNotFoundError, NotADirectoryError):
+        return True, observed, f"{f.str('path')!r}: {observed['target']} is already absent"
+    except CheckError as exc:  # a slow walk does not refuse the target: it is just not sized
+        return True, observed, f"{f.str('path')!r} deletes {observed['target']} ({exc}; not sized)"
+    size = f"{_gib(observed['bytes'])} in {_files(observed['files'])}"
+    return True, observed, f"{f.str('path')!r} deletes {observed['target']}: {size}"
 
 
 CHECKS: dict[str, Callable[[Fields], Result]] = {

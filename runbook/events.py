@@ -51,7 +51,8 @@ class DryRunStep(Event):
     host: str
     command: Any
     destructive: bool
-    state: str  # "done" | "satisfied" (skip_if holds) | "would run" | "blocked"
+    state: str  # "done" | "satisfied" (skip_if holds) | "would run" | "pending" | "blocked"
+    why: str = ""  # pending: on which earlier step; blocked: the guards that failed
 
 
 @dataclass(frozen=True)

@@ -198,18 +198,15 @@ class EngineActions:
 
     async def _dry_run(self) -> None:
         code = await self.engine.dry_run()
-        blocked = [
-            sid
-            for sid, by in self.app.guards.items()
-            if any(not g.get("ok") for g in by.get("pre", ()))
-            and (r := self.record(sid))
-            and r.status not in DONE
-        ]
+        report = self.engine.dry_report  # blocked: a guard nothing earlier changes; else pending
+        blocked = [sid for sid, (state, _) in report.items() if state == "blocked"]
+        pending = sum(1 for state, _ in report.values() if state == "pending")
+        waits = f"; {pending} pending on earlier steps" if pending else ""
         if code == EXIT_OK:
-            self.notify("dry-run: every guard passes; nothing changed")
+            self.notify(f"dry-run: nothing blocked{waits}; nothing changed")
         else:
             self.notify(
-                f"dry-run: would be blocked: {', '.join(blocked) or 'some steps'}; nothing changed",
+                f"dry-run: would be blocked: {', '.join(blocked)}{waits}; nothing changed",
                 severity="warning",
                 timeout=8,
             )

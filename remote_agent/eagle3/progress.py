@@ -8,11 +8,14 @@ stdout stays free for results. Kinds:
 - `result`: the command's final summary (one per command)
 
 Humans read the same log, so each machine line is short and the surrounding prose stays.
+A person running a command in a terminal (the stream is a TTY) sees a progress bar, readable
+metrics and a summary instead (terminal.py); `EAGLE3_PROGRESS=json` keeps the machine lines.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any, TextIO
@@ -23,8 +26,23 @@ PREFIX = "@@eagle3 "
 def emit(kind: str, stream: TextIO | None = None, **fields: Any) -> None:
     record = {"kind": kind, **fields}
     out = stream if stream is not None else sys.stderr
+    if for_a_person(out):
+        from remote_agent.eagle3.terminal import show
+
+        show(out, record)
+        return
     out.write(PREFIX + json.dumps(record, separators=(",", ":"), default=str) + "\n")
     out.flush()
+
+
+def for_a_person(stream: TextIO) -> bool:
+    """A terminal, not a log file or pipe (the agent's jobs write to a log: never a TTY)."""
+    if os.environ.get("EAGLE3_PROGRESS", "auto") == "json":
+        return False
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # closed or not a real file
+        return False
 
 
 def parse(line: str) -> dict[str, Any] | None:
@@ -48,9 +66,10 @@ class Progress:
         unit: str,
         interval: float = 1.0,
         stream: TextIO | None = None,
+        start: int = 0,
     ) -> None:
         self.stage, self.total, self.unit = stage, total, unit
-        self.done = 0
+        self.done = self._base = start  # a resumed job: the rate counts this run's units only
         self.interval = interval
         self.stream = stream
         self._start = time.monotonic()
@@ -68,7 +87,7 @@ class Progress:
     def _emit(self, now: float, **extra: Any) -> None:
         self._last = now
         elapsed = max(now - self._start, 1e-9)
-        rate = self.done / elapsed
+        rate = (self.done - self._base) / elapsed
         eta = None
         if self.total is not None and rate > 0:
             eta = max(self.total - self.done, 0) / rate

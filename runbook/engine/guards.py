@@ -21,9 +21,13 @@ from runbook.state import list_runs
 class GuardsMixin(EngineCore):
     """Evaluates preconditions, postconditions and skip_if checks."""
 
-    async def evaluate(self, step: Step, checks: list, phase: str) -> list[dict[str, Any]]:
+    async def evaluate(
+        self, step: Step, checks: list, phase: str, notes: list[dict[str, Any]] | None = None
+    ) -> list[dict[str, Any]]:
+        """Each result says its phase (a skip_if that does not hold is not a failure); `notes`
+        are extra fields per check (the dry run's `dry_run` and `pending_on`)."""
         results: list[dict[str, Any]] = []
-        for check in checks:
+        for i, check in enumerate(checks):
             if isinstance(check, StepSucceeded):
                 res = self._step_succeeded(check)
             elif check.check == "dir_size" and any(
@@ -36,7 +40,8 @@ class GuardsMixin(EngineCore):
                 except AgentError as exc:
                     res = {"ok": False, "observed": None, "message": f"probe failed: {exc.message}"}
             self._verified.update(verified_paths(check, res))
-            res = {"check": check.check, "title": check.title, **res}
+            res = {"check": check.check, "title": check.title, "phase": phase, **res}
+            res.update(notes[i] if notes else {})
             results.append(redact(res, self.secrets.values()))
         self.emit(GuardsEvaluated(step.id, phase, tuple(results)))
         return results

@@ -166,7 +166,8 @@ class SshTransport:
             known_hosts=getattr(options, "known_hosts", None),
             ssh_config=[str(ssh_config)] if ssh_config else None,
             trusted=trusted,
-            python=getattr(config, "python", None) or "python3",
+            # a `hosts:` entry's python; else `--python` (for `--host user@box`); else python3
+            python=getattr(config, "python", None) or getattr(options, "python", None) or "python3",
             spool=getattr(config, "spool", None),
         )
 
@@ -342,7 +343,8 @@ class SshTransport:
         lines = {ln.split(" ", 1)[0]: ln for ln in out.splitlines() if ln.startswith("EAGLE_")}
         need = "Python >= {}.{}".format(*MIN_PYTHON)
         fix = (
-            f"set `python:` for this host in the runbook's `hosts:` (e.g. a venv's python, {need})"
+            f"set `python:` for this host in the runbook's `hosts:`, or pass --python PATH "
+            f"(e.g. a venv's python, {need})"
         )
         if "EAGLE_NOPY" in lines:
             raise TransportError(

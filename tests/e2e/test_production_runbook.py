@@ -34,11 +34,12 @@ def test_production_runbook_validates(tmp_path):
 def test_delete_waits_for_a_verified_merge_and_a_confirmation(tmp_path, tiny_target):
     data = tmp_path / "data"
     sources = tiny_data.write_sources(data / "raw", per_source=12)
-    sources["modules"].rename(data / "raw" / "longctx.jsonl")  # the source the runbook drops
+    sources["modules"].rename(data / "raw" / "longctx.jsonl")  # the source dropped below
     old = data / "hidden-states-previous"
     old.mkdir(parents=True)
     (old / "shard-000.safetensors").write_bytes(b"x" * 123_456)
     args = ["--host", "local", "--set", f"data={data}", "--set", f"model={tiny_target}"]
+    args += ["--set", "drop_source=longctx"]  # optional since issue 17; still honoured
 
     out = cli(tmp_path, "run", str(PROD), "--auto", "--yes", *args)  # --yes: policy only
     assert out.returncode == 3, out.stdout[-3000:] + out.stderr[-2000:]

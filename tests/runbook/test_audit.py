@@ -6,12 +6,12 @@ import json
 
 import pytest
 
+from eagle_tui.present.audit_md import export_markdown
 from runbook.audit import (
     AuditLog,
     Head,
     canonical,
     export_csv,
-    export_markdown,
     read_records,
     record_hash,
     verify,
@@ -127,8 +127,10 @@ def test_record_of_another_run_is_refused(log, tmp_path):
 def test_exports(log):
     recs = read_records(log.path)
     md = export_markdown(recs, verify(log.path, log.head))
-    assert "| s0 | succeeded |" in md and "| s1 | failed | exit_code | 3 |" in md
-    assert "## Confirmations" in md and "| s2 | typed |" in md and "verified" in md
+    assert "## Succeeded steps" in md and "| s0 | ran | 0 |" in md
+    assert "## Failed, lost or cancelled steps" in md and "| s1 | failed | exit_code | 3 |" in md
+    assert "| s1 |" not in md.split("## Succeeded steps")[1].split("##")[0]  # true headings
+    assert "## Confirmations given" in md and "| s2 | typed |" in md and "verified" in md
     csv_text = export_csv(recs)
     assert csv_text.splitlines()[0].startswith("seq,ts,event,step,status")
     assert len(csv_text.splitlines()) == 1 + len(recs)

@@ -286,4 +286,5 @@ def test_audit_records_guards_log_reference_and_exit(cli, tmp_path):
     )
     assert final["artifacts"][0]["sha256"] == hashlib.sha256(b"abc").hexdigest()
     md = cli("audit", "export", "--format", "md", check=0).stdout
-    assert "| out | succeeded |" in md
+    assert "## Succeeded steps" in md and "| out | ran | 0 |" in md
+    assert hashlib.sha256(b"abc").hexdigest() in md.split("## Artifacts", 1)[1]

@@ -45,7 +45,7 @@ def test_dry_run_over_ssh_reports_every_guard(ssh_cli, box, tmp_path):
     # guards evaluated on the box, with observed values
     assert "no GPU: nvidia-smi not found" in text  # gpu_idle guards
     assert f"{data}/raw does not exist" in text
-    assert text.count("observed ") >= 8
+    assert text.count("observed: ") >= 8
     assert "blocked train on box" in text and "blocked check-patch-target on box" in text
     assert "nothing changed" in text
     assert not data.exists()  # the box is this machine: the dry run created nothing

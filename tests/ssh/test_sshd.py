@@ -487,3 +487,40 @@ def test_ui_trust_flow_on_the_same_session(box, ssh_keys, tmp_path):
     assert asyncio.run(go())
     assert states == [("connecting", 1), ("failed", 1), ("connecting", 1), ("connected", 1)]
     assert (tmp_path / "kh").read_text() == box.known_hosts_line()
+
+
+def test_python_on_the_command_line_for_a_host_not_in_hosts(ssh_cli, tmp_path):
+    """`--host box --python PATH` (Ansible's interpreter setting): the agent, jobs and `command`
+    guards on the box use PATH; without it the box's python3; a wrong one is one clear line."""
+    venv_bin = str(Path(sys.executable).parent)
+    rb = ssh_cli.runbook(f"""\
+        name: clipy
+        steps:
+          - id: which
+            title: Which python
+            run: python -c "import sys, remote_agent.eagle3; print(sys.executable)"
+            preconditions:
+              - check: command
+                run: [python, -c, "import sys; print(sys.executable)"]
+                stdout_regex: "^{venv_bin}/"
+    """)
+    ssh_cli("run", str(rb), "--auto", "--host", "box", "--python", sys.executable, check=0)
+    st = ssh_cli.state_json()["steps"]["which"]
+    assert Path(st["log_file"]).read_text().startswith(venv_bin + "/")
+    ssh_cli("run", str(rb), "--auto", "--host", "box", "--new-run", check=3)  # the box's python3
+    assert ssh_cli.state_json()["steps"]["which"]["reason"] == "precondition_failed"
+    bad = ssh_cli(
+        "run",
+        str(rb),
+        "--auto",
+        "--host",
+        "box",
+        "--new-run",
+        "--python",
+        "/nope/bin/python",
+        check=1,
+    )
+    assert bad.stderr.count("no python on the box") == 1 and "/nope/bin/python" in bad.stderr
+    assert "--python" in bad.stderr
+    empty = ssh_cli("run", str(rb), "--auto", "--host", "box", "--python", " ", check=2)
+    assert "--python: expected the path of a python on the box" in empty.stderr

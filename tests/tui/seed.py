@@ -58,17 +58,31 @@ def _guards() -> dict[str, list[dict[str, Any]]]:
                     "free": 812 << 30,
                     "used": (2 << 40) - (812 << 30),
                 },
-                "message": "/srv/eagle/work: 812.00 GiB free >= 0.00 GiB required",
+                "message": "/srv/eagle/work: 812.0 GiB free >= 200.0 GiB required",
             },
             {
                 "check": "path_exists",
                 "title": "old data present",
                 "ok": True,
                 "observed": {"exists": True, "type": "dir", "size": 4096},
-                "message": "/srv/eagle/work/old exists (dir, 4096 bytes)",
+                "message": "/srv/eagle/work/old exists (a directory)",
             },
         ],
         "wipe": [
+            {
+                "check": "removal_target",
+                "title": "delete target /srv/eagle/work/old",
+                "phase": "pre",
+                "ok": True,
+                "observed": {
+                    "path": "/srv/eagle/work/old",
+                    "target": "/srv/eagle/work/old",
+                    "link": False,
+                    "bytes": 924 << 30,
+                    "files": 37_312,
+                },
+                "message": "'/srv/eagle/work/old' deletes /srv/eagle/work/old: 924.0 GiB in 37,312 files",
+            },
             {
                 "check": "dir_size",
                 "title": "old data size",
@@ -80,7 +94,7 @@ def _guards() -> dict[str, list[dict[str, Any]]]:
                     "errors": 0,
                     "disk_bytes": 925 << 30,
                 },
-                "message": "/srv/eagle/work/old: 924.00 GiB in 37312 files <= 1024.00 GiB",
+                "message": "/srv/eagle/work/old: 924.0 GiB in 37,312 files, within <= 1.0 TiB",
             },
         ],
     }

@@ -253,7 +253,7 @@ async def test_export_audit(env, fmt):
     elif fmt == "csv":
         assert text == audit_mod.export_csv(records)
     else:
-        assert "| ok | succeeded |" in text and "verified" in text
+        assert "## Succeeded steps" in text and "| ok | ran | 0 |" in text and "verified" in text
 
 
 async def test_full_log_pages_through_the_mirror(env):

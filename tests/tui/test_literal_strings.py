@@ -66,7 +66,7 @@ async def test_the_issues_command_opens_and_is_shown_literally(env):
         assert cmd in shown and title in shown
         await pilot.press("d")  # dry-run: guard title and observed path go through the detail
         await wait_for(pilot, lambda: "observed" in _plain(app.main.query_one(StepDetail)))
-        assert f"✓ pre {title}: " in _plain(app.main.query_one(StepDetail))
+        assert f"✓ guard dry-run {title}: passed" in _plain(app.main.query_one(StepDetail))
         app.main.select("weird")
         await pilot.press("r")  # the step runs; its own output (with brackets) reaches the log
         await wait_for(pilot, lambda: any("[b]x" in ln for ln in log_lines(app)), what="log")

@@ -8,12 +8,13 @@ import random
 
 import pytest
 
-from eagle_tui.app.format import guard_summary, observed_text
 from eagle_tui.app.hostkeys import unknown_host_key
 from eagle_tui.app.keymap import KeymapError, load_keymap, parse_keymap
 from eagle_tui.app.widgets.logs.feed import LogFeed, read_tail
 from eagle_tui.app.widgets.logs.line_index import LineIndex
 from eagle_tui.app.widgets.progress.metrics import Metrics, StepMetrics, scan_metrics
+from eagle_tui.present.guards import summary as guard_summary
+from eagle_tui.present.values import observed_text
 
 FP = "SHA256:" + "A" * 43
 

@@ -4,8 +4,6 @@ operator types the step id exactly. The engine audits the decision with what was
 
 from __future__ import annotations
 
-from typing import Any
-
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -14,37 +12,17 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from eagle_tui.app.format import command_text, observed_text
+from eagle_tui.app.format import command_text
 from eagle_tui.app.literal import lines as join_lines
 from eagle_tui.app.literal import markup
+from eagle_tui.present import guards as guard_view
 from runbook.engine import Confirmation, ConfirmRequest
 from runbook.schema import Step
 
 
-def _target(check: Any) -> str:
-    """What a check looks at: its path (most checks), url, or the step it names."""
-    for attr in ("path", "url", "step"):
-        v = getattr(check, attr, None)
-        if v:
-            return str(v)
-    return ""
-
-
-def evidence_markup(req: ConfirmRequest, step: Step | None) -> Content:
-    checks = list(step.preconditions) if step is not None else []
-    lines: list[Content] = []
-    for i, g in enumerate(req.evidence):
-        target = _target(checks[i]) if i < len(checks) else ""
-        mark = "[green]✓[/]" if g.get("ok") else "[red]✗[/]"
-        lines.append(
-            markup(
-                f"{mark} [b]$label[/]" + (" [cyan]$target[/]" if target else ""),
-                label=g.get("title") or g.get("check"),
-                target=target,
-            )
-        )
-        lines.append(markup("    $v", v=g.get("message") or ""))
-        lines.append(markup("    [dim]observed: $v[/]", v=observed_text(g.get("observed"))))
+def evidence_markup(req: ConfirmRequest) -> Content:
+    """The guards as evaluated before asking (eagle_tui/present/guards.py: one renderer)."""
+    lines = [Content.from_rich_text(t) for t in guard_view.rich_lines(req.evidence, indent="")]
     return join_lines(lines) if lines else markup("[dim](this step has no guards)[/]")
 
 
@@ -76,13 +54,13 @@ class ConfirmScreen(ModalScreen[Confirmation | None]):
             yield Static(markup("[dim]$$[/] $v", v=command_text(r.command)), id="confirm-command")
             yield Label("What the guards observed (what will be changed or deleted):")
             with VerticalScroll(id="confirm-evidence"):
-                yield Static(evidence_markup(r, self.step))
+                yield Static(evidence_markup(r))
             yield Label(
                 markup(
                     "Type the step id [b]$sid[/] to run it; Escape does not run it.", sid=r.step_id
                 )
             )
-            yield Input(placeholder=r.step_id, id="confirm-input")
+            yield Input(id="confirm-input")  # empty: the word to type is the label above
             with Horizontal():
                 yield Button("Do not run", id="confirm-no")
                 yield Button("Run it", id="confirm-yes", variant="error", disabled=True)

@@ -13,6 +13,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet
 
+from eagle_tui.present.audit_md import export_markdown
 from runbook import audit as audit_mod
 
 FORMATS = ("md", "jsonl", "csv")
@@ -37,7 +38,7 @@ def export_audit(audit_path: Path, head: audit_mod.Head | None, req: ExportReque
     result = audit_mod.verify(audit_path, head)
     records = audit_mod.read_records(audit_path) if audit_path.exists() else []
     if req.fmt == "md":
-        text = audit_mod.export_markdown(records, result)
+        text = export_markdown(records, result)
     elif req.fmt == "csv":
         text = audit_mod.export_csv(records)
     else:

@@ -143,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
 
     specs = parse_sources(args.inputs)
     names = {s.name for s in specs}
+    args.drop = [n for n in args.drop if n]  # `--drop ""`: a runbook's unset drop_source
     for name in args.drop:
         if name not in names:
             raise BadInput(

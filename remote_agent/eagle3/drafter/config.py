@@ -59,7 +59,17 @@ class DataSection:
         "token budget of one packed sequence per rank and step (samples packed with document masks)",
         4096,
     )
-    max_len: int | None = doc("truncate samples to this many tokens; null = max_tokens", None)
+    max_len: int | None = doc(
+        "truncate samples to this many tokens; null = max_tokens (with long_samples: alone, "
+        "null = no truncation)",
+        None,
+    )
+    long_samples: str = doc(
+        "samples longer than max_tokens: truncate (to max_tokens) or alone (each is one step of "
+        "its own length, up to max_len; short samples still pack to max_tokens)",
+        "truncate",
+        choices=("truncate", "alone"),
+    )
     pack_window: int = doc(
         "first-fit packing looks this many samples ahead (deterministic); 1 = sequential", 64
     )
@@ -158,6 +168,16 @@ class TrainSection:
     )
     teacher_chunk: int = doc("rows per chunk of the full-vocabulary teacher logits", 1024)
     loss_chunk: int = doc("rows per chunk of the draft-vocabulary soft cross-entropy", 2048)
+    loss_recompute: bool = doc(
+        "long sequences: the soft CE keeps no [T, draft vocab] gradient, backward recomputes the "
+        "logits per chunk (exact; one more lm_head matmul)",
+        False,
+    )
+    checkpoint_ttt_steps: bool = doc(
+        "long sequences: activation checkpointing per TTT step (exact; recomputes each step's "
+        "layer in backward)",
+        False,
+    )
     teacher_fp32: bool = doc("compute teacher logits in fp32 (slower; bf16 matches serving)", False)
     log_every: int = doc("emit a metrics line every N steps", 10)
     save_every: int = doc("checkpoint every N steps (0 = only at the end)", 500)

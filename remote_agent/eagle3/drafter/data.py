@@ -157,6 +157,7 @@ class Plan:
         world: int = 1,
         pack_window: int = 64,
         holdout_fraction: float = 0.0,
+        long_samples: str = "truncate",
     ) -> None:
         from remote_agent.eagle3.data.records import DatasetIndex
         from remote_agent.eagle3.dense import DumpReader
@@ -168,7 +169,12 @@ class Plan:
         self.meta = reader.meta
         index = DatasetIndex.open(self.dataset)
         self.max_tokens = max_tokens
-        self.max_len = min(max_len or max_tokens, max_tokens)
+        # long_samples "alone": a sample longer than the budget is a batch of its own (first fit
+        # opens it a bin with no room left), so short ones still pack to max_tokens
+        if long_samples == "alone":
+            self.max_len = max_len or (1 << 62)
+        else:
+            self.max_len = min(max_len or max_tokens, max_tokens)
         self.seed, self.world, self.pack_window = seed, world, max(1, pack_window)
         missing = [i for i in reader.ids() if i not in index.by_id]
         if missing:
@@ -193,6 +199,7 @@ class Plan:
         self._batches: dict[int, list[list[int]]] = {}
         self._lock = threading.Lock()
         self.total_tokens = sum(n for _, n in samples)
+        self.long_count = sum(n > max_tokens for _, n in samples)
         self.not_dumped = len(index) - len(reader)
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
@@ -214,6 +221,20 @@ class Plan:
 
     def steps_per_epoch(self, epoch: int = 0) -> int:
         return len(self.epoch_batches(epoch)) // self.world
+
+
+LONG_PAD = 2048  # a long sample's step is padded to a multiple of this (few distinct shapes)
+
+
+def batch_length(max_tokens: int, parts) -> int:
+    """Positions of a batch: the budget, or a long sample alone padded up to a multiple of
+    min(LONG_PAD, budget), so compiled kernels (flex attention) meet a handful of shapes, not
+    one per sample."""
+    n = sum(p[0].numel() for p in parts)
+    if n <= max_tokens:
+        return max_tokens
+    pad = min(LONG_PAD, max_tokens)
+    return -(-n // pad) * pad
 
 
 class Loader:
@@ -288,7 +309,7 @@ class Loader:
             mask = torch.tensor(rec.loss_mask[:n], dtype=torch.bool)
             parts.append((dump_ids[:n], got["aux"][:n], got["final"][:n], mask))
             sample_ids.append(sid)
-        return packed_batch(parts, plan.max_tokens, sample_ids, self.pin)
+        return packed_batch(parts, batch_length(plan.max_tokens, parts), sample_ids, self.pin)
 
     def __iter__(self):
         return self

@@ -9,7 +9,8 @@ never propose that token). Full-vocabulary logits exist only `chunk` rows at a t
 Soft CE: loss_t = -sum_v p_t(v) log softmax(z_t)(v) with z = norm(h) @ W_draft^T, computed per
 row chunk in fp32. The forward also computes the gradient w.r.t. the logits ((softmax - p) *
 weight) and keeps it (compute dtype), so the draft logits are never stored and backward is two
-matmuls per chunk.
+matmuls per chunk. With `recompute` (long sequences) not even that gradient is kept: backward
+redoes each chunk's logits, so the loss holds nothing of size [N, Vd] but the teacher's p.
 """
 
 from __future__ import annotations
@@ -92,11 +93,12 @@ def teacher(
 
 class _SoftCE(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h, weight, p, row_weight, chunk):
+    def forward(ctx, h, weight, p, row_weight, chunk, recompute=False):
         w = weight.to(h.dtype)
         n = h.shape[0]
         acc = torch.promote_types(h.dtype, torch.float32)  # fp32 (fp64 in gradient checks)
-        grad_z = torch.empty(n, w.shape[0], dtype=h.dtype, device=h.device)
+        # recompute: keep nothing of size [N, Vd] beyond p; backward redoes the chunk matmul
+        grad_z = None if recompute else torch.empty(n, w.shape[0], dtype=h.dtype, device=h.device)
         total = torch.zeros((), dtype=acc, device=h.device)
         arg = torch.empty(n, dtype=torch.long, device=h.device)
         for lo in range(0, n, chunk):
@@ -106,29 +108,51 @@ class _SoftCE(torch.autograd.Function):
             # -sum p log softmax(z) = lse - sum p z   (p sums to 1)
             total += ((lse - (pc * z).sum(-1)) * rw).sum()
             arg[lo : lo + chunk] = z.argmax(-1)
-            grad_z[lo : lo + chunk] = (
-                (torch.exp(z - lse.unsqueeze(-1)) - pc) * rw.unsqueeze(-1)
-            ).to(h.dtype)
-        ctx.save_for_backward(h, w, grad_z)
+            if grad_z is not None:
+                grad_z[lo : lo + chunk] = _grad_logits(z, lse, pc, rw).to(h.dtype)
+        if recompute:
+            ctx.save_for_backward(h, w, p, row_weight)
+        else:
+            ctx.save_for_backward(h, w, grad_z)
+        ctx.recompute, ctx.chunk = recompute, chunk
         ctx.weight_dtype = weight.dtype
         ctx.mark_non_differentiable(arg)
         return total, arg
 
     @staticmethod
     def backward(ctx, grad_total, _grad_arg):
-        h, w, grad_z = ctx.saved_tensors
-        g = grad_z * grad_total.to(grad_z.dtype)
-        grad_h = g @ w
-        grad_w = (g.T @ h).to(ctx.weight_dtype)
-        return grad_h, grad_w, None, None, None
+        if not ctx.recompute:
+            h, w, grad_z = ctx.saved_tensors
+            g = grad_z * grad_total.to(grad_z.dtype)
+            return g @ w, (g.T @ h).to(ctx.weight_dtype), None, None, None, None
+        h, w, p, row_weight = ctx.saved_tensors
+        acc = torch.promote_types(h.dtype, torch.float32)
+        grad_h = torch.empty_like(h)
+        grad_w = torch.zeros(w.shape, dtype=acc, device=w.device)
+        for lo in range(0, h.shape[0], ctx.chunk):
+            hc = h[lo : lo + ctx.chunk]
+            z = (hc @ w.T).to(acc)
+            lse = torch.logsumexp(z, dim=-1)
+            pc, rw = p[lo : lo + ctx.chunk].to(acc), row_weight[lo : lo + ctx.chunk].to(acc)
+            g = (_grad_logits(z, lse, pc, rw) * grad_total.to(acc)).to(h.dtype)
+            grad_h[lo : lo + ctx.chunk] = g @ w
+            grad_w += g.T @ hc
+        return grad_h, grad_w.to(ctx.weight_dtype), None, None, None, None
 
 
-def soft_ce(h, weight, p, row_weight, chunk: int = 2048):
+def _grad_logits(z, lse, p, rw):
+    """d loss / d z for one chunk: (softmax(z) - p) * row weight."""
+    return (torch.exp(z - lse.unsqueeze(-1)) - p) * rw.unsqueeze(-1)
+
+
+def soft_ce(h, weight, p, row_weight, chunk: int = 2048, recompute: bool = False):
     """(sum_t row_weight_t * CE(p_t, softmax(h_t W^T)), draft argmax per row).
 
     h [N, H] (normed hidden), weight [Vd, H] (lm_head), p [N, Vd] fp32, row_weight [N].
+    recompute: backward recomputes the logits chunk by chunk instead of keeping the [N, Vd]
+    logit gradient from the forward (one more matmul per chunk; for long sequences).
     """
-    return _SoftCE.apply(h, weight, p, row_weight, chunk)
+    return _SoftCE.apply(h, weight, p, row_weight, chunk, recompute)
 
 
 def soft_ce_reference(h, weight, p, row_weight):

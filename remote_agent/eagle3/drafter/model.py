@@ -332,6 +332,7 @@ class Eagle3Drafter(nn.Module):
         attention,
         steps: int,
         rows: torch.Tensor | None = None,
+        checkpoint: bool = False,
     ):
         """Unroll `steps` draft steps over a packed sequence; returns the pre-norm outputs.
 
@@ -343,8 +344,10 @@ class Eagle3Drafter(nn.Module):
         rows: positions (increasing) that steps >= 1 run on (B = 1; the attention was built with
         the same rows). A position's later steps depend on no other position's, so those rows get
         exactly the values of the full unroll; outputs of steps >= 1 then have len(rows) rows.
+
+        checkpoint: activation checkpointing per TTT step (long sequences): a step keeps its
+        output, key and value; everything inside it is recomputed during backward.
         """
-        layer = self.midlayer
         hidden = self.project(aux)
         k0 = v0 = None
         ks: list[torch.Tensor] = []
@@ -356,16 +359,33 @@ class Eagle3Drafter(nn.Module):
                 ids_k, pos_k = ids_k[:, rows], pos_k[:, rows]
                 if k == 1:
                     hidden = hidden[:, rows]
-            q, kk, vv, residual = layer.pre(hidden, self.embed_tokens(ids_k), pos_k + k)
+            if checkpoint:  # keep only the step's outputs; its insides are recomputed in backward
+                from torch.utils.checkpoint import checkpoint as ckpt
+
+                out, kk, vv = ckpt(
+                    self._step, hidden, ids_k, pos_k + k, attention, k0, v0, tuple(ks), tuple(vs),
+                    use_reentrant=False,
+                )  # fmt: skip
+            else:
+                out, kk, vv = self._step(hidden, ids_k, pos_k + k, attention, k0, v0, ks, vs)
             if k == 0:
                 k0, v0 = kk, vv
             else:
                 ks.append(kk)
                 vs.append(vv)
-            out = layer.post(attention(q, k0, v0, ks, vs), residual)
             outs.append(out)
             hidden = self.next_hidden(out)
         return outs
+
+    def _step(self, hidden, ids, positions, attention, k0, v0, ks, vs):
+        """One draft step -> (pre-norm output, this step's key, value); step 0 when k0 is None."""
+        layer = self.midlayer
+        q, kk, vv, residual = layer.pre(hidden, self.embed_tokens(ids), positions)
+        if k0 is None:
+            k0, v0 = kk, vv
+        else:
+            ks, vs = [*ks, kk], [*vs, vv]
+        return layer.post(attention(q, k0, v0, ks, vs), residual), kk, vv
 
     # -- inference: one chain of draft tokens --------------------------------------------
 

@@ -67,17 +67,20 @@ def text_config(model) -> Any:
     return getattr(c, "text_config", None) or c
 
 
-def prompts_from_stdlib(tok, n: int, prompt_tokens: int, seed: int) -> list[list[int]]:
-    """n chat-templated user turns, each a random window of stdlib source (generation prompt on)."""
+def prompts_from_stdlib(tok, n: int, prompt_tokens: int | list[int], seed: int) -> list[list[int]]:
+    """n chat-templated user turns, each a random window of stdlib source (generation prompt on);
+    prompt_tokens: one cap for all, or one per prompt (long prompts take longer windows)."""
     from remote_agent.eagle3.tiny import stdlib_corpus
 
+    caps = [prompt_tokens] * n if isinstance(prompt_tokens, int) else list(prompt_tokens)
     lines = [ln for text in stdlib_corpus(400_000) for ln in text.splitlines() if ln.strip()]
     rng = random.Random(seed)
     out = []
-    for _ in range(n):
-        start = rng.randrange(0, max(1, len(lines) - 40))
-        snippet = "\n".join(lines[start : start + 12])
-        ids = tok(snippet, add_special_tokens=False)["input_ids"][:prompt_tokens]
+    for cap in caps:
+        span = max(12, cap // 4)  # a line is a handful of tokens
+        start = rng.randrange(0, max(1, len(lines) - span - 28))
+        snippet = "\n".join(lines[start : start + span])
+        ids = tok(snippet, add_special_tokens=False)["input_ids"][:cap]
         out.append(chat_prompt(tok, tok.decode(ids)))
     return out
 
@@ -179,7 +182,7 @@ def build_inputs(
     target_dir: Path,
     out_dir: Path,
     n_samples: int = 64,
-    prompt_tokens: int = 48,
+    prompt_tokens: int | list[int] = 48,
     new_tokens: int = 64,
     draft_vocab: int | None = 512,
     device: str = "cpu",

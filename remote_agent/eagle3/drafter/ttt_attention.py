@@ -185,6 +185,10 @@ def _flex_fn(compiled: bool = True):
     if not compiled:
         return flex_attention
     if _FLEX is None:
+        # one compile per sequence length: long samples alone bring a few more (data.LONG_PAD)
+        # than dynamo's default limit of 8 allows before it falls back to eager (dense) flex
+        cfg = torch._dynamo.config
+        cfg.recompile_limit = max(cfg.recompile_limit, 64)
         _FLEX = torch.compile(flex_attention, dynamic=False)
     return _FLEX
 

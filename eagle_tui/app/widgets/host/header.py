@@ -96,7 +96,7 @@ class RunHeader(Static):
         )
         parts = []
         for host, line in sorted(self.hosts.items(), key=lambda kv: kv[0] != self.default_host):
-            key = line.host_key or ("no host key (local)" if host == "local" else "key unknown")
+            key = line.host_key or ("none (local)" if host == "local" else "not known yet")
             parts.append(
                 markup("host [b]$host[/] · key [dim]$key[/] · ", host=host, key=key)
                 + self.state_markup(line)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eagle_tui.headless import progress_text
+from eagle_tui.present.status import progress_text
 from remote_agent.eagle3.progress import PREFIX, parse
 
 

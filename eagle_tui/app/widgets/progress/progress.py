@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Label, ProgressBar
 
-from eagle_tui.headless import progress_text
+from eagle_tui.present.status import progress_text
 from runbook.events import TERMINAL_BAD
 
 

@@ -8,10 +8,11 @@ from typing import Any
 from textual.content import Content
 from textual.widgets import Static
 
-from eagle_tui.app.format import command_text, duration_text, guard_lines
+from eagle_tui.app.format import command_text, duration_text
 from eagle_tui.app.literal import lines as join_lines
 from eagle_tui.app.literal import markup
-from eagle_tui.headless import ICONS, STYLES
+from eagle_tui.present import guards as guard_view
+from eagle_tui.present.status import ICONS, STYLES
 from runbook.schema import Step
 from runbook.state import StepRecord
 
@@ -49,16 +50,11 @@ def detail_markup(
         lines.append(markup("  [dim]$v[/]", v=rec.message))
     cmd = rec.command if rec.command is not None else step.run
     lines.append(markup("  [dim]$$[/] $v", v=command_text(cmd)))
-    shown = False
-    for phase in ("skip_if", "pre", "post"):
-        results = guards.get(phase)
-        if results:
-            lines.extend(guard_lines(results, phase))
-            shown = True
-    if not shown and rec.guards:
-        lines.extend(guard_lines(rec.guards, "pre"))
-        shown = True
-    if not shown:
+    results = guard_view.current(
+        guard_view.flatten(guards) or [{"phase": "pre", **g} for g in rec.guards], rec.status
+    )
+    lines.extend(Content.from_rich_text(t) for t in guard_view.rich_lines(results))
+    if not results:
         n = len(step.preconditions) + len(step.postconditions) + len(step.skip_if)
         lines.append(
             markup(f"  [dim]{n} guard(s), not evaluated yet (dry-run: d)[/]")

@@ -11,8 +11,9 @@ from rich.text import Text
 from textual.message import Message
 from textual.widgets import DataTable
 
-from eagle_tui.app.format import duration_text, guard_summary
-from eagle_tui.headless import ICONS, STYLES
+from eagle_tui.app.format import duration_text
+from eagle_tui.present import guards as guard_view
+from eagle_tui.present.status import ICONS, STYLES
 from runbook.events import PENDING, RUNNING, SUCCEEDED
 from runbook.state import StepRecord
 
@@ -131,7 +132,7 @@ class TodoList(DataTable):
             sid_text,
             Text(title, style=title_style, overflow="ellipsis", no_wrap=True),
             Text(duration_text(rec, now), style="dim"),
-            guard_summary(guards),
+            guard_view.summary(guard_view.current(guards, rec.status)),
             note_text(rec),
         ]
 

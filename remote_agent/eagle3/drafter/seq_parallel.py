@@ -1,0 +1,174 @@
+"""Sequence (context) parallelism for the TTT attention: one long sequence split across ranks.
+
+Rank r holds the contiguous positions [offsets[r], offsets[r+1]) of the packed sequence (any
+rank count, uneven splits allowed): its aux states, its queries, its step outputs and its share
+of the activations, so per-rank activation memory is O(L / world). The causal part needs the
+step-0 keys and values of every earlier position, so they are all-gathered once per batch
+(autograd-aware: backward sends each rank the gradient of its own keys); the TTT "diagonal"
+keys of steps 1..k are per position and never leave their rank. Per rank this keeps the full
+step-0 K/V (L x kv_heads x d, small next to the activations of seven steps) and computes only
+its own query rows, so the result is exactly the single-rank attention of those rows.
+
+    attention = SeqParallelAttention(doc_full, offsets, scale)   # same doc ids on every rank
+    outs = drafter.ttt(aux[:, lo:hi], [ids[:, lo:hi] for ids in step_ids], positions[:, lo:hi],
+                       attention, steps)
+
+`seq_parallel_step` is the whole training step of one sequence on top of it (teacher of the
+rank's rows plus a halo of `steps` final states, TTT unroll, soft CE normalised by the global
+valid counts, backward). Not yet a `train` option: the loader would hand each rank its slice.
+
+Backends: `chunked` (query blocks, recomputed in backward) and `dense` (reference), exactly as
+ttt_attention's. A ring variant would hold one remote block at a time instead of the gathered
+K/V; the all-gather is the simpler exact form and the memory of K/V is not the limit here.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from remote_agent.eagle3.drafter.ttt_attention import (
+    BLOCK,
+    _chunked_causal,
+    _mask,
+    _softmax_attend,
+    merge_diagonal,
+)
+
+
+def split_offsets(n: int, world: int) -> list[int]:
+    """Contiguous near-equal chunks: offsets[r]..offsets[r+1] is rank r's share of n positions."""
+    base, extra = divmod(n, world)
+    out = [0]
+    for r in range(world):
+        out.append(out[-1] + base + (1 if r < extra else 0))
+    return out
+
+
+class _GatherSeq(torch.autograd.Function):
+    """All-gather of equal-width chunks along dim 2; backward sums the gradient of the whole
+    gathered tensor over ranks (all-reduce, which gloo and NCCL both have) and keeps this
+    rank's chunk."""
+
+    @staticmethod
+    def forward(ctx, x, group, rank: int, world: int):
+        parts = [torch.empty_like(x) for _ in range(world)]
+        dist.all_gather(parts, x.contiguous(), group=group)
+        ctx.group, ctx.rank, ctx.width = group, rank, x.shape[2]
+        return torch.cat(parts, dim=2)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous().clone()  # reduced in place: never autograd's own buffer
+        dist.all_reduce(grad, group=ctx.group)
+        lo = ctx.rank * ctx.width
+        return grad[:, :, lo : lo + ctx.width], None, None, None
+
+
+def gather_seq(x: torch.Tensor, offsets: list[int], group=None) -> torch.Tensor:
+    """All-gather along dim 2 ([B, heads, m_r, d] per rank -> [B, heads, L, d]) with gradients;
+    chunks are padded to the longest for the collective and trimmed after."""
+    world = len(offsets) - 1
+    rank = dist.get_rank(group)
+    sizes = [offsets[r + 1] - offsets[r] for r in range(world)]
+    width = max(sizes)
+    pad = width - x.shape[2]
+    xp = torch.nn.functional.pad(x, (0, 0, 0, pad)) if pad else x
+    full = _GatherSeq.apply(xp, group, rank, world)
+    return torch.cat([full[:, :, r * width : r * width + s] for r, s in enumerate(sizes)], dim=2)
+
+
+class SeqParallelAttention:
+    """Callable attention(q, k0, v0, ks, vs) of this rank's rows of a sequence split across ranks."""
+
+    def __init__(
+        self,
+        doc: torch.Tensor,
+        offsets: list[int],
+        scale: float,
+        backend: str = "chunked",
+        block: int = BLOCK,
+        group=None,
+    ) -> None:
+        if backend not in ("chunked", "dense"):
+            raise ValueError(f"sequence parallel attention: backend {backend!r} (chunked|dense)")
+        world = dist.get_world_size(group) if dist.is_initialized() else 1
+        if len(offsets) != world + 1 or offsets[0] != 0 or offsets[-1] != doc.shape[1]:
+            raise ValueError(
+                f"offsets {offsets} do not split {doc.shape[1]} positions over {world}"
+            )
+        rank = dist.get_rank(group) if dist.is_initialized() else 0
+        self.doc, self.offsets, self.scale = doc, list(offsets), scale
+        self.backend, self.block, self.group = backend, block, group
+        lo, hi = offsets[rank], offsets[rank + 1]
+        self.rows = torch.arange(lo, hi, device=doc.device)  # this rank's global positions
+        self._kv: tuple | None = None  # (k0, v0, gathered k, gathered v): once per batch
+
+    def _gathered(self, k: torch.Tensor, v: torch.Tensor):
+        if self._kv is None or self._kv[0] is not k or self._kv[1] is not v:
+            # one collective for K and V: backward then runs exactly one all-reduce per batch,
+            # so ranks can never pair up different gradients in a different autograd order
+            kv = gather_seq(torch.cat([k, v.to(k.dtype)], dim=-1), self.offsets, self.group)
+            kf, vf = kv.split([k.shape[-1], v.shape[-1]], dim=-1)
+            self._kv = (k, v, kf, vf.to(v.dtype))
+        return self._kv[2], self._kv[3]
+
+    def causal(self, q, k, v):
+        kf, vf = self._gathered(k, v)
+        if self.backend == "dense":
+            mask = _mask(self.doc, self.rows, kf.shape[2])
+            return _softmax_attend(q, kf, vf, mask, self.scale)
+        return _chunked_causal(q, kf, vf, self.doc, self.rows, self.scale, self.block)
+
+    def __call__(self, q, k0, v0, ks, vs):
+        o0, lse0 = self.causal(q, k0, v0)
+        return merge_diagonal(o0, lse0, q, ks, vs, self.scale)
+
+
+def seq_parallel_step(drafter, b, lm_head, steps: int, step_w: list[float], offsets, **kw):
+    """One packed sequence's TTT loss split across ranks, backward included (B = 1).
+
+    Every rank holds the whole batch's small tensors (ids, masks, positions) and uses its own
+    rows of aux and final states (plus the `steps` final rows after its last one: the teachers
+    its last positions need). Returns (per-step weighted CE sums over all ranks, valid counts);
+    after it, the parameter gradients all-reduced with SUM equal the single-rank step's
+    (ttt_step.forward_backward without idle-row skipping).
+    kw: backend, block, loss_chunk, teacher_chunk, group.
+    """
+    from remote_agent.eagle3.drafter.data import step_targets
+    from remote_agent.eagle3.drafter.loss import soft_ce, teacher
+
+    group = kw.get("group")
+    rank = dist.get_rank(group)
+    lo, hi = offsets[rank], offsets[rank + 1]
+    n = b.input_ids.shape[1]
+    st = step_targets(b, steps)
+    final = b.final[0, lo : min(n, hi + steps)]
+    tch = teacher(final, lm_head, drafter.draft_ids(), drafter.t2d, kw.get("teacher_chunk", 1024))
+    attention = SeqParallelAttention(
+        b.doc, offsets, drafter.midlayer.self_attn.scale, kw.get("backend", "chunked"),
+        kw.get("block", BLOCK), group,
+    )  # fmt: skip
+    dtype = drafter.fc.weight.dtype
+    outs = drafter.ttt(
+        b.aux[:, lo:hi].to(dtype), [x[:, lo:hi] for x in st.ids], b.positions[:, lo:hi],
+        attention, steps,
+    )  # fmt: skip
+    losses, weights = [], []
+    for k in range(steps):
+        m = max(0, min(hi, n - 1 - k) - lo)  # this rank's positions t with a teacher at t+1+k
+        w = (st.weight[k][0, lo : lo + m] & tch.in_draft[1 + k : 1 + k + m]).float()
+        weights.append(w)
+        h = drafter.norm(outs[k][0, :m])
+        loss, _ = soft_ce(
+            h, drafter.lm_head.weight.to(h.dtype), tch.p[1 + k : 1 + k + m], w,
+            kw.get("loss_chunk", 2048),
+        )  # fmt: skip
+        losses.append(loss)
+    counts = torch.stack([w.sum() for w in weights])
+    dist.all_reduce(counts, group=group)
+    total = sum(step_w[k] * losses[k] / counts[k].clamp(min=1) for k in range(steps))
+    total.backward()
+    sums = torch.stack([x.detach() for x in losses])
+    dist.all_reduce(sums, group=group)
+    return sums, counts

@@ -1,0 +1,104 @@
+"""The long-sequence memory options are exact: per-TTT-step activation checkpointing and the
+soft CE that recomputes its logits in backward give the plain unroll's losses and gradients;
+the flex block mask of packed documents stays sparse."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_drafter_model_loss import tiny_drafter
+from test_drafter_skip_rows import chat_batch, vocab
+
+from remote_agent.eagle3.distributed import Dist
+from remote_agent.eagle3.drafter.config import TrainSection
+from remote_agent.eagle3.drafter.loss import soft_ce, soft_ce_reference
+from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep, forward_backward
+
+
+def run(arch: str, backend: str, skip: bool, checkpoint: bool, recompute: bool):
+    torch.manual_seed(0)
+    drafter = tiny_drafter(arch, draft_vocab=60)
+    lm_head, t2d = vocab()
+    ids = t2d.nonzero().flatten()
+    drafter.set_vocab(ids - torch.arange(60), t2d)
+    tc = TrainSection(ttt_steps=4, skip_idle_rows=skip, device="cpu")
+    step_w = [tc.step_weight**k for k in range(tc.ttt_steps)]
+    module = TTTStep(
+        drafter, tc.ttt_steps, 7, checkpoint_steps=checkpoint, loss_recompute=recompute
+    )
+    ctx = StepContext(
+        module,
+        lm_head,
+        drafter.draft_ids(),
+        drafter.t2d,
+        tc.ttt_steps,
+        step_w,
+        drafter.midlayer.self_attn.scale,
+        backend,
+        torch.autocast("cpu", enabled=False),
+        False,
+        Dist(),
+        tc,
+    )
+    out = forward_backward(ctx, chat_batch(), 0)
+    grads = {k: p.grad.clone() for k, p in drafter.named_parameters() if p.grad is not None}
+    return out, grads
+
+
+@pytest.mark.parametrize("arch", ["llama", "mla"])
+@pytest.mark.parametrize("skip", [False, True])
+@pytest.mark.parametrize(
+    "checkpoint,recompute",
+    [(True, False), (False, True), (True, True)],
+    ids=["ckpt", "recomp", "both"],
+)
+def test_memory_options_equal_the_plain_unroll(arch, skip, checkpoint, recompute):
+    plain, g_plain = run(arch, "chunked", skip, False, False)
+    lean, g_lean = run(arch, "chunked", skip, checkpoint, recompute)
+    for a, b in zip(lean.losses, plain.losses, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert g_lean.keys() == g_plain.keys() and len(g_plain) > 5
+    for name, g in g_plain.items():
+        assert g.abs().sum() > 0 or name.endswith("bias"), name
+        torch.testing.assert_close(g_lean[name], g, rtol=1e-4, atol=1e-6, msg=name)
+    for a, b in zip(lean.args, plain.args, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 64])
+def test_recomputing_soft_ce_matches_the_direct_formula_in_fp64(chunk):
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(23, 16, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(40, 16, generator=g, dtype=torch.float64, requires_grad=True)
+    p = torch.softmax(torch.randn(23, 40, generator=g, dtype=torch.float64), -1)
+    rw = (torch.rand(23, generator=g) > 0.3).double()
+    loss, _ = soft_ce(h, w, p, rw, chunk, recompute=True)
+    (loss * 1.7).backward()
+    gh, gw = h.grad.clone(), w.grad.clone()
+    h.grad = w.grad = None
+    (soft_ce_reference(h, w, p, rw) * 1.7).backward()
+    torch.testing.assert_close(loss, soft_ce_reference(h, w, p, rw).detach())
+    torch.testing.assert_close(gh, h.grad)
+    torch.testing.assert_close(gw, w.grad)
+    assert torch.autograd.gradcheck(
+        lambda a, b: soft_ce(a, b, p, rw, chunk, recompute=True)[0],
+        (h.detach().requires_grad_(), w.detach().requires_grad_()),
+    )
+
+
+def test_flex_block_mask_of_packed_documents_stays_sparse():
+    """64 documents of 256 tokens in one 16K sequence: only the diagonal blocks of each document
+    are computed, 1/64 of the causal square's blocks (a dense mask would be all of them)."""
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    from remote_agent.eagle3.drafter.ttt_attention import _flex_block_mask, doc_ids_from_lengths
+
+    n, docs = 16384, 64
+    doc = doc_ids_from_lengths([n // docs] * docs, n).unsqueeze(0)
+    mask = _flex_block_mask(doc, None, compile_mask=False)
+    blocks = n // 128
+    causal_blocks = blocks * (blocks + 1) // 2
+    per_doc = (n // docs) // 128
+    want = docs * per_doc * (per_doc + 1) // 2
+    computed = int(mask.kv_num_blocks.sum()) + int(mask.full_kv_num_blocks.sum())
+    assert computed == want
+    assert computed * 40 < causal_blocks

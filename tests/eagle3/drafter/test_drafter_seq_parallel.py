@@ -1,0 +1,148 @@
+"""Sequence parallelism: the TTT unroll of one packed sequence split across 2 and 3 gloo ranks
+(uneven chunks) gives the single-rank outputs and, summed over ranks, the same gradients."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from test_drafter_model_loss import tiny_drafter
+from test_drafter_skip_rows import chat_batch
+
+from remote_agent.eagle3.drafter.data import step_targets
+from remote_agent.eagle3.drafter.seq_parallel import SeqParallelAttention, split_offsets
+from remote_agent.eagle3.drafter.ttt_attention import TTTAttention
+
+STEPS = 3
+
+
+def _unroll(arch: str, attention, lo: int, hi: int):
+    """(outputs of rows lo:hi per step, loss, drafter) with a fixed random weighting per step."""
+    torch.manual_seed(0)
+    drafter = tiny_drafter(arch, draft_vocab=60)
+    b = chat_batch()
+    st = step_targets(b, STEPS)
+    outs = drafter.ttt(
+        b.aux[:, lo:hi], [x[:, lo:hi] for x in st.ids], b.positions[:, lo:hi], attention, STEPS
+    )
+    g = torch.Generator().manual_seed(7)
+    w = [torch.randn(1, b.input_ids.shape[1], o.shape[-1], generator=g) for o in outs]
+    loss = sum((o * wk[:, lo:hi]).sum() for o, wk in zip(outs, w, strict=True))
+    loss.backward()
+    return outs, drafter
+
+
+def _rank(rank: int, world: int, init: str, out: str, arch: str, backend: str) -> None:
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        b = chat_batch()
+        offsets = split_offsets(b.input_ids.shape[1], world)
+        lo, hi = offsets[rank], offsets[rank + 1]
+        scale = tiny_drafter(arch, draft_vocab=60).midlayer.self_attn.scale
+        att = SeqParallelAttention(b.doc, offsets, scale, backend, block=8)
+        outs, drafter = _unroll(arch, att, lo, hi)
+        grads = {}
+        for name, p in drafter.named_parameters():
+            if p.grad is not None:
+                dist.all_reduce(p.grad)
+                grads[name] = p.grad
+        torch.save({"outs": [o.detach() for o in outs], "grads": grads}, f"{out}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("arch,backend", [("llama", "chunked"), ("mla", "dense")])
+def test_split_sequence_equals_one_rank(tmp_path: Path, world, arch, backend):
+    n = chat_batch().input_ids.shape[1]
+    ref_att = TTTAttention(chat_batch().doc, tiny_drafter(arch).midlayer.self_attn.scale, backend)
+    ref_outs, ref = _unroll(arch, ref_att, 0, n)
+    init = f"file://{tmp_path}/init"
+    mp.spawn(_rank, args=(world, init, str(tmp_path), arch, backend), nprocs=world, join=True)
+    res = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
+    offsets = split_offsets(n, world)
+    assert len({offsets[r + 1] - offsets[r] for r in range(world)}) >= 1 and offsets[-1] == n
+    for k in range(STEPS):
+        got = torch.cat([r["outs"][k] for r in res], dim=1)
+        torch.testing.assert_close(got, ref_outs[k].detach(), rtol=1e-5, atol=1e-5)
+    grads = {name: p.grad for name, p in ref.named_parameters() if p.grad is not None}
+    assert res[0]["grads"].keys() == grads.keys() and len(grads) > 5
+    for name, g in grads.items():
+        tol = 1e-6 * float(g.abs().max())  # fp32 sums in another order: relative to the scale
+        for r in res:  # every rank holds the same summed gradient
+            torch.testing.assert_close(r["grads"][name], g, rtol=1e-4, atol=tol, msg=name)
+
+
+def test_offsets_are_checked():
+    with pytest.raises(ValueError, match="offsets"):
+        SeqParallelAttention(chat_batch().doc, [0, 3], 0.5)
+    assert split_offsets(10, 3) == [0, 4, 7, 10]
+
+
+def _drafter_and_head():
+    from test_drafter_skip_rows import vocab
+
+    torch.manual_seed(0)
+    drafter = tiny_drafter("llama", draft_vocab=60)
+    lm_head, t2d = vocab()
+    ids = t2d.nonzero().flatten()
+    drafter.set_vocab(ids - torch.arange(60), t2d)
+    return drafter, lm_head
+
+
+def _step_rank(rank: int, world: int, init: str, out: str) -> None:
+    import torch.distributed as dist
+
+    from remote_agent.eagle3.drafter.seq_parallel import seq_parallel_step
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        drafter, lm_head = _drafter_and_head()
+        b = chat_batch()
+        offsets = split_offsets(b.input_ids.shape[1], world)
+        w = [0.8**k for k in range(STEPS)]
+        sums, counts = seq_parallel_step(drafter, b, lm_head, STEPS, w, offsets, block=8)
+        grads = {}
+        for name, p in drafter.named_parameters():
+            if p.grad is not None:
+                dist.all_reduce(p.grad)
+                grads[name] = p.grad
+        torch.save({"sums": sums, "counts": counts, "grads": grads}, f"{out}/step{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_split_training_step_equals_the_single_rank_step(tmp_path: Path, world):
+    from remote_agent.eagle3.distributed import Dist
+    from remote_agent.eagle3.drafter.config import TrainSection
+    from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep, forward_backward
+
+    drafter, lm_head = _drafter_and_head()
+    tc = TrainSection(ttt_steps=STEPS, skip_idle_rows=False, device="cpu")
+    w = [0.8**k for k in range(STEPS)]
+    ctx = StepContext(
+        TTTStep(drafter, STEPS, 2048), lm_head, drafter.draft_ids(), drafter.t2d, STEPS, w,
+        drafter.midlayer.self_attn.scale, "chunked", torch.autocast("cpu", enabled=False),
+        False, Dist(), tc,
+    )  # fmt: skip
+    ref = forward_backward(ctx, chat_batch(), 0)
+    init = f"file://{tmp_path}/init"
+    mp.spawn(_step_rank, args=(world, init, str(tmp_path)), nprocs=world, join=True)
+    res = [torch.load(tmp_path / f"step{r}.pt") for r in range(world)]
+    torch.testing.assert_close(res[0]["counts"], ref.counts, rtol=0, atol=0)
+    torch.testing.assert_close(
+        res[0]["sums"], torch.stack(ref.losses).detach(), rtol=1e-5, atol=1e-5
+    )
+    grads = {n: p.grad for n, p in drafter.named_parameters() if p.grad is not None}
+    assert res[0]["grads"].keys() == grads.keys()
+    for name, g in grads.items():
+        tol = 1e-6 * float(g.abs().max())
+        for r in res:
+            torch.testing.assert_close(r["grads"][name], g, rtol=1e-4, atol=tol, msg=name)

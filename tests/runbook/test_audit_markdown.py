@@ -1,0 +1,111 @@
+"""Issue 15 item 9: the Markdown audit is the record of the run, built from a real (fast) run
+that blocks on a declined confirmation, is resumed with a changed variable, deletes, skips and
+fails: every heading is true of what it lists."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+RUNBOOK = """\
+name: record
+vars:
+  work: {work}
+  tag: one
+steps:
+  - id: make
+    title: Make the data and its old copy
+    run: mkdir -p ${{work}}/old && head -c 65536 /dev/zero > ${{work}}/old/blob && echo made > ${{work}}/data.txt
+    artifacts: ["${{work}}/data.txt"]
+    postconditions:
+      - {{check: path_exists, path: "${{work}}/data.txt", title: data written}}
+  - id: gate
+    title: Wait for the go file
+    preconditions:
+      - {{check: path_exists, path: "${{work}}/go", title: go file}}
+  - id: wipe
+    title: Delete the old copy
+    destructive: true
+    confirm: delete ${{work}}/old?
+    run: [rm, -rf, "${{work}}/old"]
+    removes: ["${{work}}/old"]
+    removes_within: "${{work}}"
+    preconditions:
+      - {{check: step_succeeded, step: make, title: data made in this run}}
+    postconditions:
+      - {{check: path_absent, path: "${{work}}/old", title: old copy gone}}
+  - id: already
+    title: Nothing to do when the data is there
+    run: "false"
+    skip_if: {{check: path_exists, path: "${{work}}/data.txt"}}
+  - id: flaky
+    title: Fails unless tag is three
+    run: test ${{tag}} = three
+"""
+
+HEADINGS = [
+    "# Audit log of run",
+    "## Outcome",
+    "## Succeeded steps",
+    "## Failed, lost or cancelled steps",
+    "## Blocked earlier",
+    "## Confirmations given",
+    "## Confirmations declined or not given",
+    "## Guards and proofs",
+    "## Artifacts",
+    "## Resumes",
+]
+
+
+def section(md: str, heading: str) -> str:
+    return md.split(heading + "\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_markdown_audit_is_the_record_of_a_real_run(cli, tmp_path):
+    work = tmp_path / "work"
+    rb = cli.runbook(RUNBOOK.format(work=work))
+    cli("run", str(rb), "--auto", check=3)  # gate: no go file yet
+    (work / "go").touch()
+    cli("run", str(rb), "--auto", check=3)  # wipe: no --yes, so its confirmation is not given
+    assert (work / "old" / "blob").exists()
+    cli("run", str(rb), "--auto", "--yes", "wipe", "--set", "tag=two", check=1)  # flaky fails
+    assert not (work / "old").exists()
+    md = cli("audit", "export", "--format", "md", check=0).stdout
+
+    headings = [
+        line for line in md.splitlines() if line.startswith("#") and not line.startswith("###")
+    ]
+    assert [h for h in headings if any(h.startswith(x) for x in HEADINGS)] == headings
+    assert [next(x for x in HEADINGS if h.startswith(x)) for h in headings] == HEADINGS
+
+    assert "- exit 1: a step failed or was lost" in section(md, "## Outcome")
+    ok = section(md, "## Succeeded steps")
+    assert re.search(r"^\| make \| ran \| 0 \|", ok, re.M) and "| wipe | ran | 0 |" in ok
+    assert "| already | skip condition held |" in ok
+    assert "flaky" not in ok  # a heading that is true: no failure under "Succeeded"
+    bad = section(md, "## Failed, lost or cancelled steps")
+    assert "| flaky | failed | exit_code · exited with code 1 | 1 |" in bad
+    earlier = section(md, "## Blocked earlier")
+    assert re.search(
+        r"^\| gate \| [^|]+ \| precondition_failed · path_exists: .*/go does not exist \| succeeded \|$",
+        earlier,
+        re.M,
+    )
+    assert "| wipe |" not in earlier  # its declined confirmation has its own table
+    assert "| gate | guards_passed |" in ok
+    assert "| wipe | yes_flag |" in section(md, "## Confirmations given")
+    declined = section(md, "## Confirmations declined or not given")
+    assert "| wipe |" in declined and "--yes wipe" in declined
+
+    proofs = section(md, "## Guards and proofs")
+    wipe = proofs.split("### `wipe` (succeeded)", 1)[1].split("###", 1)[0]
+    assert "✓ guard data made in this run: passed" in wipe
+    assert "removes 64.0 KiB in 1 file" in wipe  # exactly what rm -rf took, not a dir entry
+    assert "✓ proof old copy gone: proven" in wipe
+    assert "ended_at=20" in wipe and "e+09" not in wipe  # local ISO time, not a float
+    already = proofs.split("### `already` (succeeded)", 1)[1].split("###", 1)[0]
+    assert "↷ skip if path_exists: holds" in already and "✗" not in already
+
+    digest = hashlib.sha256((work / "data.txt").read_bytes()).hexdigest()
+    assert f"| make | {work / 'data.txt'} | {digest} | 5 B |" in section(md, "## Artifacts")
+    assert '`tag`: "one" -> "two"' in section(md, "## Resumes")
