@@ -92,7 +92,8 @@ def run_tmux_e2e(tmp_path, e2e_host_args, capsys, extra_env=None) -> None:
         tm.run(argv)  # the same command again: resumes the run and reattaches
         tm.wait_for(r"\(resumed\)")
         tm.wait_for(r"reattached to job")
-        tm.wait_for(r"continuing run-all from prepare")  # issue 15: the run-all goes on
+        # issue 15: the run-all goes on (the header says so until it ends; the toast fades)
+        tm.wait_for(r"run-all from prepare \(continued; A stops it\)")
         tm.wait_for(r"train line 00020 of 40")
         (work / "release").write_text("")
         tm.wait_until(
