@@ -14,11 +14,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from runbook import fanout_expand
 from runbook.interpolate import InterpolationError, placeholders, resolve_vars, substitute
 from runbook.schema import CHECK_TYPES, Runbook, StepSucceeded
 from runbook.yaml_source import Pos, SourceDoc, YamlError, load_yaml
 
-BUILTIN_VARS = ("run_id", "runbook_dir", "state_dir")
+BUILTIN_VARS = ("run_id", "runbook_dir", "state_dir", *fanout_expand.HOST_VARS)
 _CHECK_LISTS = ("preconditions", "postconditions", "skip_if")
 
 
@@ -164,7 +165,8 @@ def _allowed_keys(body: Any, path: tuple[str | int, ...]) -> list[str]:
                 model = m
     if model is None:
         return []
-    return [k for k in model.model_fields if k not in ("secret_env",)]
+    hidden = ("secret_env", *fanout_expand.INTERNAL_FIELDS)
+    return [k for k in model.model_fields if k not in hidden]
 
 
 def _friendly(err: dict[str, Any], body: Any = None, path: tuple[str | int, ...] = ()) -> str:
@@ -272,8 +274,16 @@ def load_text(
         for i, step in enumerate(steps):
             if isinstance(step, dict):
                 _split_secret_env(step, i, raw_secrets, problems)
+    fan_raw = fanout_expand.raw_fanouts(steps) if isinstance(steps, list) else {}
     if not problems.items:
-        body = _interpolate_tree(body, (), values, raw_secrets, problems)
+        body = _interpolate_tree(
+            {k: v for k, v in body.items() if k != "steps"}, (), values, raw_secrets, problems
+        ) | {"steps": steps}
+        if isinstance(steps, list):
+            body["steps"] = [
+                _interpolate_step(s, i, values, raw_secrets, problems, i in fan_raw, body)
+                for i, s in enumerate(steps)
+            ]
     if problems.items:
         raise RunbookError(problems.items)
 
@@ -290,12 +300,79 @@ def load_text(
     _cross_checks(runbook, problems)
     if problems.items:
         raise RunbookError(problems.items)
+    if fan_raw:
+        runbook = _expand_fanouts(runbook, fan_raw, values, raw_secrets, problems, body)
+        if problems.items:
+            raise RunbookError(problems.items)
     return LoadedRunbook(
         runbook=runbook,
         path=Path(file),
         sha256=hashlib.sha256(text.encode()).hexdigest(),
         vars={k: v for k, v in values.items() if k in raw_vars},  # builtins and secrets excluded
         source=doc,
+    )
+
+
+def _interpolate_step(
+    step: Any,
+    index: int,
+    values: Mapping[str, str],
+    secrets: Mapping[str, Any],
+    problems: _Problems,
+    fanout: bool,
+    body: dict[str, Any],
+) -> Any:
+    """A step's fields; a fan-out step is checked as its first host's child would be (the
+    children are interpolated per host after validation) and its `hosts:` resolved first."""
+    path: tuple[str | int, ...] = ("steps", index)
+    if not isinstance(step, dict):
+        return _interpolate_tree(step, path, values, secrets, problems)
+    for name in fanout_expand.INTERNAL_FIELDS:
+        if name in step:
+            problems.add(path + (name,), f"{name!r} is set by the loader; remove it", key=True)
+    if not fanout:
+        return _interpolate_tree(step, path, values, secrets, problems)
+    hosts = fanout_expand.parse_hosts(
+        _interpolate_tree(step["hosts"], path + ("hosts",), values, secrets, problems)
+    )
+    if hosts is None:
+        problems.add(path + ("hosts",), "`hosts:` is a list of host names (or one string of them)")
+        return step
+    if not hosts:
+        problems.add(path + ("hosts",), "`hosts:` needs at least one host")
+        return step
+    first = {**values, **fanout_expand.host_values(hosts[0], 0, len(hosts), body.get("hosts"))}
+    out = _interpolate_tree(
+        {k: v for k, v in step.items() if k != "hosts"}, path, first, secrets, problems
+    )
+    return {**out, "hosts": hosts}
+
+
+def _expand_fanouts(
+    rb: Runbook,
+    raw: dict[int, Any],
+    values: Mapping[str, str],
+    secrets: Mapping[str, Any],
+    problems: _Problems,
+    body: dict[str, Any],
+) -> Runbook:
+    from runbook.schema import Step
+
+    def interpolate(data: Any, path: tuple[str | int, ...], extra: dict[str, str]) -> Any:
+        data.pop("hosts", None)
+        return _interpolate_tree(data, path, {**values, **extra}, secrets, problems)
+
+    def validate(data: Any, path: tuple[str | int, ...]) -> Step | None:
+        try:
+            return Step.model_validate(data)
+        except ValidationError as exc:
+            for err in exc.errors():
+                sub, _ = _data_path(data, err["loc"])
+                problems.add(path + sub, _friendly(err, body, path + sub))
+            return None
+
+    return fanout_expand.expand(
+        rb, raw, interpolate, validate, lambda p, m: problems.add(p, m), body.get("hosts")
     )
 
 
@@ -328,6 +405,16 @@ def _cross_checks(rb: Runbook, problems: _Problems) -> None:
                 problems.add(
                     ("steps", i, "stop"),
                     f"step {step.stop!r} is not a service (it has no `service:`)",
+                )
+        for j, used in enumerate(step.uses):
+            target = rb.steps[ids[used]] if used in ids else None
+            if target is None or target.service is None:
+                what = "unknown step" if target is None else "not a service step"
+                problems.add(("steps", i, "uses", j), f"{what} {used!r} (`uses:` names services)")
+            elif used not in _upstream(rb, step.id):
+                problems.add(
+                    ("steps", i, "uses", j),
+                    f"{used!r} must be among the steps this one requires (directly or not)",
                 )
         if step.service is not None and isinstance(step.service.ready, StepSucceeded):
             problems.add(
@@ -406,3 +493,16 @@ def read_secrets(rb: Runbook, environ: Mapping[str, str] | None = None) -> dict[
     if missing:
         raise RunbookError(missing)
     return values
+
+
+def _upstream(rb: Runbook, step_id: str) -> set[str]:
+    """Every step `step_id` requires, directly or through others (safe on cycles)."""
+    by_id = {s.id: s for s in rb.steps}
+    seen: set[str] = set()
+    todo = list(by_id[step_id].requires)
+    while todo:
+        sid = todo.pop()
+        if sid not in seen and sid in by_id:
+            seen.add(sid)
+            todo.extend(by_id[sid].requires)
+    return seen

@@ -29,7 +29,9 @@ def ordered_steps(rb: Runbook) -> list[str]:
 
 
 def select(rb: Runbook, start: str | None = None, only: str | None = None) -> list[str]:
-    order = ordered_steps(rb)
+    # a fan-out's per-host children run with their fan-out step (runbook/engine/fanout.py)
+    children = {s.id for s in rb.steps if s.fanout_of is not None}
+    order = [sid for sid in ordered_steps(rb) if sid not in children or sid in (start, only)]
     if only is not None:
         return [only]
     if start is not None:

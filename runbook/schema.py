@@ -17,6 +17,7 @@ Size = Annotated[int, BeforeValidator(parse_size)]
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 STEP_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+HOST_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # names a fan-out child step
 
 
 class _Strict(BaseModel):
@@ -229,6 +230,8 @@ class Service(_Strict):
     ready: Check
     timeout: Duration = 1800.0  # give up (and stop the job) if not ready by then
     interval: Duration = 5.0
+    # a step that `uses:` this service and finds its job dead restarts it, at most this often
+    restarts: int = Field(0, ge=0, le=20)
 
 
 class Step(_Strict):
@@ -254,8 +257,16 @@ class Step(_Strict):
     secret_env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
     host: str | None = None
+    # fan-out (runbook/engine/fanout.py): one job per host, `${host}`, `${host_rank}` and
+    # `${host_count}` set per host; the loader adds the per-host child steps (`id.host`)
+    hosts: list[str] | None = None
+    fanout_of: str | None = None  # set by the loader on a child: its fan-out step's id
+    host_rank: int | None = None  # set by the loader on a child
     artifacts: list[str] = Field(default_factory=list)  # files hashed into the audit on success
     service: Service | None = None  # a server: succeeds when ready, keeps running
+    # service steps this step talks to: a dead one is restarted before each attempt (bounded by
+    # its `service.restarts`, audited as service.restarted), so a retry resumes against it
+    uses: list[str] = Field(default_factory=list)
     stop: str | None = None  # id of a service step whose job this step stops (no `run:`)
     # what a destructive step deletes, and the root it must stay inside (docs/SAFETY.md)
     removes: list[str] = Field(default_factory=list)
@@ -300,6 +311,20 @@ class Step(_Strict):
                 "`retry` on `lost` relaunches a job whose fate is unknown (it may have run to "
                 "the end): declare `idempotent: true` if running it twice is safe, or drop `lost`"
             )
+        if self.hosts is not None:
+            if self.host is not None:
+                raise ValueError("give `host:` (one box) or `hosts:` (a fan-out), not both")
+            if not self.hosts:
+                raise ValueError("`hosts:` needs at least one host")
+            dup = sorted({h for h in self.hosts if self.hosts.count(h) > 1})
+            if dup:
+                raise ValueError(f"`hosts:` names {', '.join(dup)} more than once")
+            bad = [h for h in self.hosts if not HOST_NAME_RE.match(h)]
+            if bad:
+                raise ValueError(
+                    f"host name {bad[0]!r} cannot name a fan-out job: letters, digits, '.', "
+                    "'_', '-' (declare it under `hosts:` at the top and use its name)"
+                )
         if self.service is not None and not self.detach:
             raise ValueError("a service must be `detach: true` (it outlives the step)")
         if self.stop is not None and self.run is not None:
@@ -321,6 +346,16 @@ class HostConfig(_Strict):
     ssh: str  # [user@]host[:port] or an alias from ~/.ssh/config
     python: str = "python3"  # e.g. the SGLang/training venv's python: jobs run with its PATH
     spool: str | None = None  # agent spool on the box (default ~/.eagle-tui/spool)
+    # this box's values of runbook variables in fan-out steps (e.g. its address, its NIC)
+    vars: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+    @field_validator("vars")
+    @classmethod
+    def _var_names(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for name in v:
+            if name in ("host", "host_rank", "host_count") or not ENV_NAME_RE.match(name):
+                raise ValueError(f"{name!r} cannot be a host variable")
+        return v
 
 
 VarValue = str | int | float | bool

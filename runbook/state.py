@@ -52,6 +52,7 @@ class StepRecord(BaseModel):
     spool_id: str | None = None
     progress: dict[str, Any] | None = None
     command: Any = None
+    restarts: int = 0  # a service: times a step that uses it restarted it after it died
 
 
 class RunAllIntent(BaseModel):

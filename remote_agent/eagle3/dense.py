@@ -531,9 +531,13 @@ def write_error_marker(root: Path, sample_id: str, reason: str, **fields: Any) -
 
 
 def read_error_markers(root: Path) -> dict[str, dict[str, Any]]:
-    """sample id -> marker record, for every complete marker under root/errors."""
+    """sample id -> marker record, for every complete marker under root/errors (under each
+    shard's errors/ for a sharded extraction's root)."""
+    from remote_agent.eagle3.extraction.sharding import parts_of
+
     out: dict[str, dict[str, Any]] = {}
-    for path in sorted((Path(root) / ERRORS_DIR).glob("*.error.json")):
+    paths = (p for part in parts_of(root) or [Path(root)] for p in (part / ERRORS_DIR).glob("*"))
+    for path in sorted(p for p in paths if p.name.endswith(".error.json")):
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -561,12 +565,23 @@ class DumpReader:
     `refresh()` picks up shards published since the last scan (shards are immutable)."""
 
     def __init__(self, root: Path) -> None:
+        from remote_agent.eagle3.extraction.sharding import parts_of
+
         self.root = Path(root)
-        self.meta = DumpMeta.load(self.root)
+        # a sharded extraction's root: the union of its shard dumps (extraction/sharding.py)
+        self.parts = [p for p in parts_of(self.root) if (p / "meta.json").exists()] or [self.root]
+        self.meta = DumpMeta.load(self.parts[0])
         if self.meta.format != FORMAT:
             raise DumpFormatError(
-                f"{self.root / 'meta.json'}: format {self.meta.format!r}, expected {FORMAT!r}"
+                f"{self.parts[0] / 'meta.json'}: format {self.meta.format!r}, expected {FORMAT!r}"
             )
+        for part in self.parts[1:]:
+            diff = self.meta.compatible_with(DumpMeta.load(part))
+            if diff:
+                raise DumpFormatError(
+                    f"{part / 'meta.json'}: differs from {self.parts[0].name} in "
+                    f"{', '.join(diff)}; every shard must come from the same model and settings"
+                )
         self.index: dict[str, SampleRef] = {}
         self.duplicates: list[tuple[str, Path, Path]] = []
         self.shards: list[Path] = []
@@ -578,7 +593,8 @@ class DumpReader:
         """Index shards not seen before; returns the sample ids they added."""
         new = sorted(
             p
-            for p in (self.root / "shards").glob("r*.safetensors")
+            for part in self.parts
+            for p in (part / "shards").glob("r*.safetensors")
             if ".tmp." not in p.name and p not in self._seen
         )
         added: list[str] = []

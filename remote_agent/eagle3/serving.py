@@ -17,38 +17,33 @@ from __future__ import annotations
 import argparse
 import json
 import threading
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from remote_agent.eagle3.errors import BadInput, Failed, located
+from remote_agent.eagle3.http_client import HttpClient, HttpError
 from remote_agent.eagle3.progress import Progress, emit
 
 
 def http_json(url: str, payload: dict | None = None, timeout: float = 600.0) -> dict[str, Any]:
-    data = None if payload is None else json.dumps(payload).encode()
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    """GET (no payload) or POST one JSON object; anything else is Failed, with the URL."""
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        body = exc.read()[:500].decode("utf-8", "replace")
-        raise Failed(f"{url}: HTTP {exc.code}: {body}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise Failed(f"{url}: {getattr(exc, 'reason', exc)}") from None
+        reply = HttpClient(url, timeout).request("GET" if payload is None else "POST", "", payload)
+    except (HttpError, ValueError) as exc:
+        raise Failed(str(exc)) from None
+    if not isinstance(reply, dict):
+        raise Failed(f"{url}: expected a JSON object, got {str(reply)[:200]!r}")
+    return reply
 
 
 def server_info(base: str) -> dict[str, Any]:
-    """/get_server_info (older and newer SGLang also answer /server_info)."""
-    last: Exception | None = None
-    for path in ("/get_server_info", "/server_info"):
-        try:
-            return http_json(base.rstrip("/") + path, timeout=30)
-        except Failed as exc:
-            last = exc
-    raise Failed(f"cannot read the server's settings: {last}")
+    """The server's settings: the one reader, extraction/server.py's (/server_info, else the
+    deprecated /get_server_info)."""
+    from remote_agent.eagle3.extraction.server import Http
+    from remote_agent.eagle3.extraction.server import server_info as read
+
+    return read(Http(base, timeout=30))
 
 
 def check_server(info: dict[str, Any], expect: dict[str, Any]) -> list[str]:

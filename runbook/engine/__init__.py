@@ -11,7 +11,7 @@ id before `job.start`), so an engine killed at any point and started again eithe
 the same job id, which the agent refuses to start twice).
 
 One concern per module: core (state, audit, sessions), guards, targets, launchguards, confirm + confirmgate, runner (attempts and
-launches), services, logmirror, outcome (exit classification), operator, dryrun, stats.
+launches), fanout (one step on several hosts), services, logmirror, outcome (exit classification), operator, dryrun, stats.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from runbook.engine.constants import (
 )
 from runbook.engine.core import EngineCore
 from runbook.engine.dryrun import DryRunMixin
+from runbook.engine.fanout import FanoutMixin
 from runbook.engine.guards import GuardsMixin
 from runbook.engine.launchguards import LaunchGuardsMixin
 from runbook.engine.logmirror import LogMirrorMixin
@@ -42,6 +43,7 @@ from runbook.engine.targets import TargetsMixin
 
 class Engine(
     RunnerMixin,
+    FanoutMixin,
     ServiceMixin,
     LogMirrorMixin,
     OutcomeMixin,

@@ -39,6 +39,8 @@ class DryRunMixin(EngineCore):
         earlier: list[Step] = []  # steps before this one that have yet to run
         for sid in plan.ordered_steps(self.rb):
             step = self.rb.step(sid)
+            if step.hosts is not None:  # its children are evaluated, each on its own host
+                continue
             state, why = await self._dry_step(step, earlier)
             self.dry_report[sid] = (state, why)
             if state in WAITING:

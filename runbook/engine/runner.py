@@ -109,6 +109,8 @@ class RunnerMixin(EngineCore):
         if unmet:
             self._set(step_id, BLOCKED, "requires_unmet", f"needs {', '.join(unmet)} first")
             return BLOCKED
+        if step.hosts is not None:  # one job per host (runbook/engine/fanout.py)
+            return await self.run_fanout(step)  # type: ignore[attr-defined]
         if step.skip_if:
             res = await self.evaluate(step, step.skip_if, "skip_if")
             if all(r["ok"] for r in res):
@@ -122,6 +124,9 @@ class RunnerMixin(EngineCore):
                 )
                 return SUCCEEDED
         while True:
+            revived = await self.revive_services(step, rec)  # services.py: a dead one restarts
+            if revived is not None:
+                return revived
             status = await self._attempt(step, rec)
             if status in DONE or not self._should_retry(step, rec):
                 return status

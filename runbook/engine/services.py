@@ -13,6 +13,7 @@ from runbook.events import (
     FAILED,
     SUCCEEDED,
     GuardsEvaluated,
+    Notice,
     ProgressUpdate,
 )
 from runbook.job_fate import FateUnknown
@@ -107,6 +108,87 @@ class ServiceMixin(EngineCore):
             step.id, SUCCEEDED, "service_ready", f"ready; job {rec.job_id} keeps running", fields
         )
         return SUCCEEDED
+
+    async def revive_services(self, step: Step, rec: StepRecord) -> str | None:
+        """Before an attempt of `step`: every service it `uses:` is running, or is restarted
+        (at most `service.restarts` times per run, each audited as service.restarted) and
+        ready again. Only a job that provably exited is restarted (a `lost` one only when its
+        step is idempotent). None when all run; else the status the step ends with (FAILED:
+        lost, no restarts left, or the restart did not get ready)."""
+        assert self.state and self.audit
+        for sid in step.uses:
+            svc_step, srec = self.rb.step(sid), self.state.steps[sid]
+            assert svc_step.service is not None  # the loader allows services only
+            if srec.status != SUCCEEDED or not srec.job_id:
+                continue  # not started (requires holds the step back) or stopped by a step
+            host = srec.host or self.host_of(svc_step)
+            try:
+                info = await self.call(host, "job.status", job_id=srec.job_id)
+            except AgentError as exc:
+                if exc.type != "not_found":
+                    return self._unreachable(step, rec, host, exc)
+                info = {"state": "vanished"}
+            except TransportError as exc:
+                return self._unreachable(step, rec, host, exc)
+            state = info.get("state")
+            if state == "running":
+                continue
+            limit, died = svc_step.service.restarts, srec.job_id
+            exit_ = info.get("exit")
+            if state != "exited" and not svc_step.idempotent:
+                # fate unknown (it may still run, holding GPUs and the port): never launched
+                # twice without the operator, as for any `lost` job (docs/SAFETY.md)
+                rec.ended_at = time.time()
+                self._set(
+                    step.id,
+                    FAILED,
+                    "service_lost",
+                    f"{sid} (job {died}) is {state}: whether it still runs is unknown, so it is "
+                    f"not restarted; check the box, then rerun (or mark {sid} idempotent: true)",
+                    {"service": sid, "service_job": died},
+                )
+                return FAILED
+            if srec.restarts >= limit:
+                rec.ended_at = time.time()
+                self._set(
+                    step.id,
+                    FAILED,
+                    "service_died",
+                    f"{sid} (job {died}) is {state} ({exit_}); {srec.restarts} of {limit} "
+                    "restarts used: start it again by hand or raise service.restarts",
+                    {"service": sid, "service_job": died, "service_exit": exit_},
+                )
+                return FAILED
+            srec.restarts += 1
+            self.audit.append(
+                "service.restarted",
+                step=sid,
+                died_job_id=died,
+                died_state=state,
+                died_exit=exit_,
+                restart=srec.restarts,
+                limit=limit,
+                for_step=step.id,
+            )
+            self.emit(
+                Notice(
+                    "warning",
+                    f"{sid}: job {died} is {state}; restarting it ({srec.restarts}/{limit}) "
+                    f"so {step.id} can go on",
+                )
+            )
+            status = await self._attempt(svc_step, srec)
+            if status != SUCCEEDED:
+                rec.ended_at = time.time()
+                self._set(
+                    step.id,
+                    FAILED,
+                    "service_restart_failed",
+                    f"{sid} did not come back ({srec.reason}: {srec.message})",
+                    {"service": sid, "service_job": srec.job_id},
+                )
+                return FAILED
+        return None
 
     async def _stop_service(self, step: Step, rec: StepRecord) -> str:
         assert self.state and step.stop is not None

@@ -16,7 +16,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+
+from remote_agent.eagle3.http_client import HttpClient, backoff_delay, retry_after_seconds
 
 RETRY_STATUS = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
 FATAL_STATUS = frozenset({401, 403})
@@ -45,26 +46,12 @@ class ClientStats:
     by_reason: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    scheme: str
-    host: str
-    port: int
-    path: str
-
-    @classmethod
-    def parse(cls, url: str) -> Endpoint:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{url}: expected http(s)://host[:port]/v1")
-        path = parts.path.rstrip("/")
-        if not path.endswith("/chat/completions"):
-            path += "/chat/completions"
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        return cls(parts.scheme, parts.hostname, port, path)
-
-    def __str__(self) -> str:
-        return f"{self.scheme}://{self.host}:{self.port}{self.path}"
+def chat_endpoint(url: str, timeout: float) -> HttpClient:
+    """`http(s)://host[:port]/v1` (or the full `.../chat/completions`), one keep-alive
+    connection per thread."""
+    if not url.rstrip("/").endswith("/chat/completions"):
+        url = url.rstrip("/") + "/chat/completions"
+    return HttpClient(url, timeout, keep_alive=True)
 
 
 class ChatClient:
@@ -80,7 +67,7 @@ class ChatClient:
         params: dict[str, Any] | None = None,
         rng: random.Random | None = None,
     ) -> None:
-        self.endpoints = [Endpoint.parse(u) for u in endpoints]
+        self.endpoints = [chat_endpoint(u, timeout) for u in endpoints]
         self.model = model
         self._key = api_key or None
         self.timeout = timeout
@@ -89,7 +76,6 @@ class ChatClient:
         self.params = dict(params or {})
         self.stats = ClientStats()
         self._lock = threading.Lock()
-        self._local = threading.local()
         self._next = 0
         self._rng = rng or random.Random()
 
@@ -105,10 +91,8 @@ class ChatClient:
                 status, headers, data = self._post(endpoint, body)
             except TimeoutError:
                 last, reason = f"timed out after {self.timeout:g}s", "timeout"
-                self._drop_connection(endpoint)
             except (http.client.HTTPException, ConnectionError, OSError) as exc:
                 last, reason = f"connection error: {type(exc).__name__}: {exc}", "connection"
-                self._drop_connection(endpoint)
             else:
                 if status == 200:
                     try:
@@ -123,35 +107,27 @@ class ChatClient:
                     )
                 elif status in RETRY_STATUS:
                     last, reason = f"HTTP {status}: {_snippet(data)}", f"http_{status}"
-                    retry_after = _retry_after(headers.get("retry-after"))
+                    retry_after = retry_after_seconds(headers.get("retry-after"))
                 else:
                     raise RequestFailed(self.redact(f"{endpoint}: HTTP {status}: {_snippet(data)}"))
             self._count(reason, retried=attempt < self.retries)
             if attempt < self.retries:
-                time.sleep(self._delay(attempt, retry_after))
+                delay = backoff_delay(
+                    attempt, self.backoff, self.backoff_max, retry_after, self._rng
+                )
+                time.sleep(delay)
         raise RequestFailed(self.redact(f"gave up after {self.retries + 1} attempts; last: {last}"))
 
     def redact(self, text: str) -> str:
         return text.replace(self._key, "***") if self._key else text
 
     def close(self) -> None:
-        conns = getattr(self._local, "conns", {})
-        for conn in conns.values():
-            conn.close()
-        conns.clear()
+        for ep in self.endpoints:
+            ep.close()
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _delay(self, attempt: int, retry_after: float | None) -> float:
-        """Exponential backoff with "equal jitter": half fixed, half random, so concurrent
-        clients that failed together do not retry together."""
-        base = min(self.backoff_max, self.backoff * (2**attempt))
-        delay = base / 2 + self._rng.uniform(0, base / 2)
-        if retry_after is not None:
-            delay = max(delay, min(retry_after, self.backoff_max))
-        return delay
-
-    def _pick(self) -> Endpoint:
+    def _pick(self) -> HttpClient:
         with self._lock:
             endpoint = self.endpoints[self._next % len(self.endpoints)]
             self._next += 1
@@ -162,39 +138,14 @@ class ChatClient:
             self.stats.by_reason[reason] = self.stats.by_reason.get(reason, 0) + 1
             self.stats.retries += retried
 
-    def _connection(self, endpoint: Endpoint) -> http.client.HTTPConnection:
-        conns = self._local.__dict__.setdefault("conns", {})
-        conn = conns.get(endpoint)
-        if conn is None:
-            cls = (
-                http.client.HTTPSConnection
-                if endpoint.scheme == "https"
-                else http.client.HTTPConnection
-            )
-            conn = conns[endpoint] = cls(endpoint.host, endpoint.port, timeout=self.timeout)
-        return conn
-
-    def _drop_connection(self, endpoint: Endpoint) -> None:
-        conn = getattr(self._local, "conns", {}).pop(endpoint, None)
-        if conn is not None:
-            conn.close()
-
-    def _post(self, endpoint: Endpoint, body: bytes) -> tuple[int, http.client.HTTPMessage, bytes]:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    def _post(self, ep: HttpClient, body: bytes) -> tuple[int, http.client.HTTPMessage, bytes]:
+        headers = {"Accept": "application/json"}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
         with self._lock:
             self.stats.requests += 1
-        conn = self._connection(endpoint)
-        deadline = time.monotonic() + self.timeout
-        conn.request("POST", endpoint.path, body=body, headers=headers)
-        resp = conn.getresponse()
-        data = resp.read()
-        if time.monotonic() > deadline:  # a server trickling bytes must not exceed the timeout
-            raise TimeoutError
-        if resp.getheader("connection", "").lower() == "close":
-            self._drop_connection(endpoint)
-        return resp.status, resp.headers, data
+        resp = ep.send("POST", "", body, headers)
+        return resp.status, resp.headers, resp.body
 
 
 def _parse_completion(data: bytes) -> Completion:
@@ -211,13 +162,6 @@ def _parse_completion(data: bytes) -> Completion:
         raise ValueError("'content'/'reasoning_content' must be strings")
     usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
     return Completion(content, reasoning or None, choice.get("finish_reason"), usage)
-
-
-def _retry_after(value: str | None) -> float | None:
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
-        return None  # an HTTP date: fall back to our own backoff
 
 
 def _snippet(data: bytes) -> str:

@@ -89,13 +89,14 @@ class Batch:
     positions: torch.Tensor  # [1, L] long, position within the document
     tokens: int  # real (non-padding) tokens
     sample_ids: list[str]
+    sources: list[str] | None = None  # each document's record source (per-source metrics)
 
     def to(self, device, non_blocking: bool = True) -> Batch:
         move = {
             k: getattr(self, k).to(device, non_blocking=non_blocking)
             for k in ("input_ids", "aux", "final", "loss_mask", "doc", "positions")
         }
-        return Batch(**move, tokens=self.tokens, sample_ids=self.sample_ids)
+        return Batch(**move, tokens=self.tokens, sample_ids=self.sample_ids, sources=self.sources)
 
 
 def first_fit(lengths: list[int], max_tokens: int, window: int) -> list[list[int]]:
@@ -290,7 +291,7 @@ class Loader:
 
     def _assemble(self, reader, index, members: list[int]) -> Batch:
         plan = self.plan
-        parts, sample_ids = [], []
+        parts, sample_ids, sources = [], [], []
         for idx in members:
             sid, n = plan.samples[idx]
             rec = index.read(sid)
@@ -309,7 +310,10 @@ class Loader:
             mask = torch.tensor(rec.loss_mask[:n], dtype=torch.bool)
             parts.append((dump_ids[:n], got["aux"][:n], got["final"][:n], mask))
             sample_ids.append(sid)
-        return packed_batch(parts, batch_length(plan.max_tokens, parts), sample_ids, self.pin)
+            sources.append(rec.source)
+        batch = packed_batch(parts, batch_length(plan.max_tokens, parts), sample_ids, self.pin)
+        batch.sources = sources
+        return batch
 
     def __iter__(self):
         return self

@@ -100,12 +100,14 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"eagle3 eval [{name}]: accept length {r['accept_length']} "
                 f"({r['completion_tokens']} tokens / {r['verify_steps']} verify steps), "
-                f"per position {r['accepted_at_position']}, lossless {r['lossless']}"
+                f"per position {r['accepted_at_position']}, lossless {r['lossless']}; "
+                f"teacher-forced on the same tokens {r['teacher_forced']['sim_accept_length']}"
             )
     summary = {
         "accept_length": report["trained"]["accept_length"],
         "lossless": report["trained"]["lossless"],
         "prompts": report["prompts"],
+        "sim_accept_length": report["trained"]["teacher_forced"]["sim_accept_length"],
     }
     if "untrained" in report:
         summary["untrained_accept_length"] = report["untrained"]["accept_length"]

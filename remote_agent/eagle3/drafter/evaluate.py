@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from remote_agent.eagle3.drafter.contract import resolve_capture_ids
+from remote_agent.eagle3.drafter.eval_simulate import Forced, teacher_forced
 
 
 @dataclass
@@ -218,6 +219,7 @@ def run_eval(
             dec = speculative_decode(target, dr, p, max_new_tokens, steps, eos)
             ok, bad, margin = check_greedy(target, p, dec.tokens, max_new_tokens, eos)
             res = PromptResult(len(p), dec, ok, bad, margin)
+            res.extra["forced"] = teacher_forced(target, dr, p, dec.tokens, steps)
             if reference == "full":
                 if i not in references:
                     from remote_agent.eagle3.drafter.synthetic import greedy
@@ -257,4 +259,14 @@ def summarize(results: list[PromptResult], steps: int) -> dict[str, Any]:
             round(len(r.spec.tokens) / r.spec.verify_steps, 3) if r.spec.verify_steps else None
             for r in results
         ],
+        # the training-time simulation on these same output tokens (eval_simulate.py)
+        "teacher_forced": forced_summary(results),
     }
+
+
+def forced_summary(results: list[PromptResult]) -> dict[str, Any]:
+    total = Forced()
+    for r in results:
+        if "forced" in r.extra:
+            total.add(r.extra["forced"])
+    return total.summary()

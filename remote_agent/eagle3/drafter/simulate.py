@@ -26,6 +26,11 @@ def chain_depth(steps: int, topk: int, draft_tokens: int) -> int:
     return max(0, min(steps, draft_tokens - 1))
 
 
+def chain_runs(match: list[torch.Tensor], depth: int) -> torch.Tensor:
+    """[depth, N] long: 1 where steps 0..k all matched (draft k accepted at that position)."""
+    return torch.stack([m.bool() for m in match[:depth]]).long().cumprod(0)
+
+
 def chain_acceptance(match: list[torch.Tensor], valid: torch.Tensor, depth: int):
     """match[k] bool [N] (draft == target greedy at step k), valid bool [N].
 
@@ -34,7 +39,6 @@ def chain_acceptance(match: list[torch.Tensor], valid: torch.Tensor, depth: int)
     """
     if depth == 0 or not bool(valid.any()):
         return 0.0, 0, torch.zeros(depth)
-    run = torch.stack([m.bool() for m in match[:depth]]).long().cumprod(0)  # [depth, N]
-    run = run[:, valid]
+    run = chain_runs(match, depth)[:, valid]
     accepted = run.sum(0)
     return float((1 + accepted).sum()), int(valid.sum()), run.sum(1).float().cpu()

@@ -229,6 +229,9 @@ def build_inputs(
         for r in records:
             aux, final = hidden_states(model, r["input_ids"], aux_ids)
             w.add(r["id"], torch.tensor(r["input_ids"]), aux, final)
+    from remote_agent.eagle3.extraction.identity import record_identity
+
+    record_identity(out_dir / "dump", Path(target_dir), "synthetic")  # train checks it
     vocab = out_dir / "vocab.safetensors"
     vocab_size = model.get_output_embeddings().weight.shape[0]
     vmeta = build_vocab(records, vocab_size, draft_vocab or vocab_size, vocab)

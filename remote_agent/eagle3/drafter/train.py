@@ -29,6 +29,7 @@ from remote_agent.eagle3.drafter.context import target_context_length
 from remote_agent.eagle3.drafter.data import Loader, Plan, load_vocab
 from remote_agent.eagle3.drafter.loss import load_target_tensor
 from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
+from remote_agent.eagle3.drafter.multinode import check_shared_out
 from remote_agent.eagle3.drafter.parallel import load_optimizer, trainable_count, wrap
 from remote_agent.eagle3.drafter.simulate import chain_depth
 from remote_agent.eagle3.drafter.train_metrics import Window
@@ -41,6 +42,7 @@ from remote_agent.eagle3.drafter.ttt_step import (  # noqa: F401  (re-exported f
     forward_backward,
 )
 from remote_agent.eagle3.errors import BadInput
+from remote_agent.eagle3.extraction.identity import check_identity
 from remote_agent.eagle3.progress import Progress
 
 _Window = Window  # the old private name (tests)
@@ -118,6 +120,8 @@ def train(cfg: Config) -> dict[str, Any]:
     drafter, lm_head, vocab_n = _target_and_drafter(cfg, plan, device, bf16)
     draft_ids = drafter.draft_ids()
 
+    # multi-node: every rank must see rank 0's train.out and pick the same checkpoint
+    check_shared_out(d, out_dir, ckpt.latest(ckpt_dir) if tc.resume == "auto" else None)
     res = train_state.resume(cfg, ckpt_dir, drafter, d)  # weights now, optimizer after wrapping
     global_step = res.global_step
     step_module = TTTStep(
@@ -239,6 +243,7 @@ def _plan(cfg: Config, d: Dist) -> Plan:
             raise BadInput(f"data.{name} is required")
     if not cfg.target.path:
         raise BadInput("target.path is required (its lm_head is the teacher)")
+    check_identity(Path(cfg.data.dump), Path(cfg.target.path), "train")  # same model as dumped
     plan = Plan(
         Path(cfg.data.dump),
         Path(cfg.data.dataset),

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from remote_agent.eagle3.distributed import Dist
+from remote_agent.eagle3.drafter.metrics_breakdown import Breakdown
 from remote_agent.eagle3.drafter.simulate import chain_acceptance
 from remote_agent.eagle3.drafter.ttt_step import StepOut
 from remote_agent.eagle3.progress import emit
@@ -31,6 +32,7 @@ class Window:
         self.grad_norm = 0.0
         self.lr = 0.0
         self._dev: list[torch.Tensor] = []
+        self.breakdown = Breakdown(self.steps, self.depth)  # acc_k_all, sim per source
 
     def add(self, out: StepOut, b, draft_ids, grad_norm, lr) -> None:
         losses, args, weights, counts = out.losses, out.args, out.weights, out.counts
@@ -44,6 +46,7 @@ class Window:
             hit = (preds[k] == tch.argmax[1 + k : 1 + k + rows]).float()
             correct.append((hit * weights[k]).sum())
         self._dev.append(torch.stack([torch.stack(losses).detach(), torch.stack(correct)]))
+        self.breakdown.add(out, b, preds, b.sources)
         self.count = [c + float(x) for c, x in zip(self.count, counts.tolist(), strict=True)]
         if self.depth:
             rows = n - self.depth
@@ -82,6 +85,7 @@ class Window:
             "lr": self.lr,
             "grad_norm": round(self.grad_norm, 5),
         }
+        rec.update(self.breakdown.emit(d, correct))
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             rec["peak_mem_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
         if d.main:

@@ -36,6 +36,7 @@ from remote_agent.eagle3.dense import (
 from remote_agent.eagle3.errors import BadInput, Failed
 from remote_agent.eagle3.extraction.common import disk_preflight, existing_samples, human_bytes
 from remote_agent.eagle3.extraction.dataset import CONTROL_PREFIX, Dataset, open_dataset
+from remote_agent.eagle3.extraction.identity import record_identity
 from remote_agent.eagle3.extraction.server import (
     Http,
     LaunchedServer,
@@ -47,6 +48,7 @@ from remote_agent.eagle3.extraction.server import (
     server_info,
     sglang_layer_ids,
 )
+from remote_agent.eagle3.extraction.sharding import parse_shard, restrict
 from remote_agent.eagle3.progress import Progress, emit
 from remote_agent.eagle3.sglang_versions import served_capture_ids
 
@@ -81,6 +83,7 @@ class ClientOptions:
     launch_timeout: float = 1800.0
     launch_args: list[str] = field(default_factory=list)
     progress_interval: float = 5.0
+    shard: str | None = None  # "I/N": only that shard's samples (extraction/sharding.py)
 
 
 def generate_body(rid: str, input_ids: list[int]) -> dict[str, Any]:
@@ -136,6 +139,7 @@ class Extraction:
     def run(self) -> dict[str, Any]:
         opts = self.opts
         dataset = open_dataset(opts.dataset, opts.require_manifest)
+        dataset = restrict(dataset, parse_shard(opts.shard) if opts.shard else None)
         if len(dataset) == 0:
             raise BadInput(f"{opts.dataset}: no samples")
         self.out.mkdir(parents=True, exist_ok=True)
@@ -167,6 +171,7 @@ class Extraction:
                 + "\n  - ".join(problems)
             )
         exp = expected_shapes(opts, {**model_info(self.http), **info})
+        self._record_identity(info)
         ids = dataset.ids()[: opts.limit] if opts.limit else dataset.ids()
         meta = self.canary(dataset.input_ids(ids[0])[:CANARY_TOKENS], exp)
         vs_sglang = self.canary_vs_sglang(dataset, ids, info)
@@ -215,6 +220,16 @@ class Extraction:
         }
         emit("result", **summary)
         return summary
+
+    def _record_identity(self, info: dict[str, Any]) -> None:
+        """The served model's identity into the dump (checked against it on a resume)."""
+        model = self.opts.model or (Path(info["model_path"]) if info.get("model_path") else None)
+        if model is None or not (model / "config.json").is_file():
+            raise BadInput(
+                f"cannot record the model's identity: the server serves {info.get('model_path')!r}, "
+                "not a local model directory; pass --model DIR (the directory SGLang loaded)"
+            )
+        record_identity(self.out, model, "extract")
 
     # -- canary --
 
@@ -371,6 +386,8 @@ class Extraction:
 
     def _post(self, rid: str, ids: list[int]) -> str | None:
         """None on success, else the error (after retries with the same rid)."""
+        from remote_agent.eagle3.http_client import backoff_delay
+
         err = None
         for attempt in range(self.opts.retries + 1):
             try:
@@ -383,7 +400,7 @@ class Extraction:
                 duplicate = "Duplicate request ID" in err
                 if exc.status is not None and 400 <= exc.status < 500 and not duplicate:
                     return err  # the request itself is wrong: retrying will not help
-                time.sleep(min(2**attempt, 10))
+                time.sleep(backoff_delay(attempt, base=1.0, cap=10.0))
         return err
 
     def _watch(self, dataset, pending, expected, lock, replies, stop, flush_ids) -> dict[str, Any]:

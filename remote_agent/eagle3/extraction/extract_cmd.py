@@ -11,6 +11,7 @@ Exit codes: 0 done, 1 failed (no canary, disk full, error markers, ids mismatch)
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from remote_agent.eagle3.errors import BadInput
@@ -40,6 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--aux-dtype", choices=("bf16", "fp8_e4m3"), default="bf16")
     parser.add_argument("--limit", type=int, help="only the first N dataset samples")
     parser.add_argument(
+        "--shard",
+        help="I/N: dump only the samples of shard I of N (sha256 of the id mod N) into "
+        "OUT/shard-I-of-N; e.g. --shard ${host_rank}/${host_count} in a fan-out step",
+    )
+    parser.add_argument(
         "--disk-margin-gb", type=float, default=1.0, help="free space kept (default 1)"
     )
     parser.add_argument(
@@ -55,7 +61,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "exit 0 when it fits, 1 when it does not",
     )
     s = parser.add_argument_group("sglang backend")
-    s.add_argument("--server", default="http://127.0.0.1:30000", help="SGLang URL")
+    s.add_argument(
+        "--server",
+        action="append",
+        help="SGLang URL (default http://127.0.0.1:30000); repeat it for several servers: "
+        "server k of K takes part k of the shard and dumps into its own OUT/shard-*-of-* "
+        "(start server k with that EAGLE3_DUMP_DIR; `--launch` starts one server only)",
+    )
     s.add_argument("--concurrency", type=int, default=8, help="requests in flight")
     s.add_argument(
         "--rid-prefix", default="dump-", help="must equal the server's EAGLE3_DUMP_RID_PREFIX"
@@ -114,12 +126,19 @@ def _preflight(args: argparse.Namespace) -> int:
         aux_layer_ids=ids,
         aux_dtype=args.aux_dtype,
     )
+    from remote_agent.eagle3.extraction import sharding
+
     dataset = open_dataset(args.dataset, require_manifest=not args.allow_no_manifest)
-    done, _ = existing_samples(args.out, dataset)
+    out = args.out
+    if args.shard:
+        shard = sharding.parse_shard(args.shard)
+        out = sharding.prepare_dir(args.out, shard, args.dataset, write=False)
+        dataset = sharding.restrict(dataset, shard)
+    done, _ = existing_samples(out, dataset)
     wanted = dataset.ids()[: args.limit] if args.limit else dataset.ids()
     pending = [s for s in wanted if s not in done]
     tokens = dataset.total_tokens(pending)
-    report = disk_preflight(args.out, tokens, meta.bytes_per_token(), args.disk_margin_gb)
+    report = disk_preflight(out, tokens, meta.bytes_per_token(), args.disk_margin_gb)
     print(
         f"{len(pending)} samples to dump ({len(done)} already done), {tokens} tokens x "
         f"{meta.bytes_per_token()} B/token = {human_bytes(report['estimate_bytes'])} "
@@ -136,9 +155,31 @@ def _preflight(args: argparse.Namespace) -> int:
     return 0
 
 
+def _shards(args: argparse.Namespace, servers: int) -> list[tuple[str | None, Path]]:
+    """(shard spec, dump dir) per worker: the whole dataset into --out, or with --shard and/or
+    several servers one shard each under --out (extraction/sharding.py)."""
+    from remote_agent.eagle3.extraction import sharding
+
+    if not args.shard and servers == 1:
+        return [(None, args.out)]
+    host = sharding.parse_shard(args.shard or "0/1")
+    parts = [host.split(k, servers) for k in range(servers)]
+    main = os.environ.get("RANK", "0") == "0"  # under torchrun one rank writes shard.json
+    return [
+        (f"{p.index}/{p.count}", sharding.prepare_dir(args.out, p, args.dataset, write=main))
+        for p in parts
+    ]
+
+
 def run(args: argparse.Namespace) -> int:
     if args.preflight:
         return _preflight(args)
+    servers = args.server or ["http://127.0.0.1:30000"]
+    if len(set(servers)) != len(servers):
+        raise BadInput("--server: the same URL twice")
+    if len(servers) > 1 and (args.launch or args.backend == "hf"):
+        raise BadInput("several --server URLs drive running SGLang servers (no --launch, no hf)")
+    shards = _shards(args, len(servers))
     if args.backend == "hf":
         from remote_agent.eagle3.extraction.reference import ReferenceOptions, run_reference
 
@@ -148,7 +189,8 @@ def run(args: argparse.Namespace) -> int:
             ReferenceOptions(
                 model=args.model,
                 dataset=args.dataset,
-                out=args.out,
+                out=shards[0][1],
+                shard=shards[0][0],
                 layers=args.layers,
                 token_budget=args.token_budget,
                 max_batch=args.max_batch,
@@ -168,11 +210,46 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from remote_agent.eagle3.extraction.client import ClientOptions, Extraction
 
+    def one(server: str, shard: str | None, out: Path) -> None:
+        _client(args, ClientOptions, Extraction, server, shard, out)
+
+    if len(servers) == 1:
+        one(servers[0], *shards[0])
+        return 0
+    import threading
+
+    from remote_agent.eagle3.extraction.dataset import open_dataset
+
+    # build the dataset's index file once, before the workers each open the dataset
+    open_dataset(args.dataset, require_manifest=not args.allow_no_manifest)
+    errors: list[BaseException] = []
+
+    def worker(server: str, shard: str | None, out: Path) -> None:
+        try:
+            one(server, shard, out)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, the first one wins
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=worker, args=(url, *part), name=f"extract-{url}")
+        for url, part in zip(servers, shards, strict=True)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return 0
+
+
+def _client(args, ClientOptions, Extraction, server: str, shard: str | None, out: Path) -> None:  # noqa: N803
     Extraction(
         ClientOptions(
-            server=args.server,
+            server=server,
+            shard=shard,
             dataset=args.dataset,
-            out=args.out,
+            out=out,
             concurrency=args.concurrency,
             rid_prefix=args.rid_prefix,
             model=args.model,
@@ -195,4 +272,3 @@ def run(args: argparse.Namespace) -> int:
             canary_only=args.canary_only,
         )
     ).run()
-    return 0

@@ -32,6 +32,7 @@ from remote_agent.eagle3.extraction.capture import (
 )
 from remote_agent.eagle3.extraction.common import disk_preflight, existing_samples
 from remote_agent.eagle3.extraction.dataset import Dataset, open_dataset
+from remote_agent.eagle3.extraction.sharding import parse_shard, restrict
 from remote_agent.eagle3.progress import Progress, emit
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -56,6 +57,7 @@ class ReferenceOptions:
     trust_remote_code: bool = False
     require_manifest: bool = True
     progress_interval: float = 5.0
+    shard: str | None = None  # "I/N": only that shard's samples (extraction/sharding.py)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -127,7 +129,9 @@ def _prepare(dist: Dist, dataset: Dataset, opts: ReferenceOptions, meta: DumpMet
     if dist.rank == 0:
         try:
             from remote_agent.eagle3.dense import init_dump_dir
+            from remote_agent.eagle3.extraction.identity import record_identity
 
+            record_identity(opts.out, opts.model, "extract")  # a resume must use the same model
             init_dump_dir(opts.out, meta)
             done, problems = existing_samples(opts.out, dataset)
             if problems:
@@ -221,6 +225,7 @@ def run_reference(opts: ReferenceOptions) -> dict[str, Any]:
 
 def _run(dist: Dist, opts: ReferenceOptions, torch) -> dict[str, Any]:
     dataset = open_dataset(opts.dataset, opts.require_manifest)
+    dataset = restrict(dataset, parse_shard(opts.shard) if opts.shard else None)
     dtype = torch_dtype(opts.dtype, dist.device)
     model = load_model(
         opts.model, dtype, dist.device, opts.attn_implementation, opts.trust_remote_code

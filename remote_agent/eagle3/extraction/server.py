@@ -8,71 +8,31 @@ pipeline parallel 1, and none of the layouts that split rows across ranks.
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
 from remote_agent.eagle3 import sglang_versions as sv
 from remote_agent.eagle3.errors import BadInput, Failed
+from remote_agent.eagle3.http_client import HttpClient, HttpError, backoff_delay
+
+# the shared client's error under the name the extraction code uses
+ServerError = HttpError
 
 
-class ServerError(Exception):
-    """The request did not get a 2xx answer (status is None when no answer came at all)."""
-
-    def __init__(self, status: int | None, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class Http:
-    """One short-lived connection per request (thread-safe, no state to go stale)."""
-
-    def __init__(self, url: str, timeout: float = 600.0) -> None:
-        parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise BadInput(f"--server {url!r}: expected http://HOST:PORT")
-        self.url = f"{parts.scheme}://{parts.netloc}"
-        self.scheme, self.host = parts.scheme, parts.hostname
-        self.port = parts.port or (443 if parts.scheme == "https" else 80)
-        self.base = parts.path.rstrip("/")
-        self.timeout = timeout
-
-    def request(self, method: str, path: str, body: Any = None, timeout: float | None = None):
-        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
-        conn = cls(self.host, self.port, timeout=timeout or self.timeout)
-        data = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"} if data is not None else {}
-        try:
-            conn.request(method, self.base + path, body=data, headers=headers)
-            resp = conn.getresponse()
-            payload = resp.read()
-        except (OSError, http.client.HTTPException) as exc:
-            raise ServerError(None, f"{method} {self.url}{path}: {exc}") from None
-        finally:
-            conn.close()
-        if not 200 <= resp.status < 300:
-            text = payload.decode(errors="replace")[:500]
-            raise ServerError(resp.status, f"{method} {self.url}{path}: HTTP {resp.status}: {text}")
-        try:
-            return json.loads(payload) if payload else None
-        except ValueError:
-            return payload.decode(errors="replace")
-
-    def get(self, path: str, timeout: float | None = None):
-        return self.request("GET", path, timeout=timeout)
-
-    def post(self, path: str, body: Any, timeout: float | None = None):
-        return self.request("POST", path, body, timeout=timeout)
+def Http(url: str, timeout: float = 600.0) -> HttpClient:  # noqa: N802 (was a class)
+    """The SGLang server at `url` (`HOST:PORT` means http), one connection per request."""
+    try:
+        return HttpClient(url if "://" in url else f"http://{url}", timeout)
+    except ValueError:
+        raise BadInput(f"--server {url!r}: expected http://HOST:PORT") from None
 
 
-def server_info(http_: Http) -> dict[str, Any]:
+def server_info(http_: HttpClient) -> dict[str, Any]:
     """`/server_info` (0.5.23), falling back to the deprecated `/get_server_info`."""
     try:
         info = http_.get("/server_info", timeout=30)
@@ -88,7 +48,7 @@ def server_info(http_: Http) -> dict[str, Any]:
     return info
 
 
-def model_info(http_: Http) -> dict[str, Any]:
+def model_info(http_: HttpClient) -> dict[str, Any]:
     try:
         info = http_.get("/model_info", timeout=30)
     except ServerError:
@@ -212,8 +172,9 @@ class LaunchedServer:
             start_new_session=True,
         )
 
-    def wait_healthy(self, http_: Http, timeout: float) -> None:
+    def wait_healthy(self, http_: HttpClient, timeout: float) -> None:
         deadline = time.monotonic() + timeout
+        attempt = 0
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise Failed(
@@ -223,7 +184,8 @@ class LaunchedServer:
                 http_.get("/health", timeout=5)
                 return
             except ServerError:
-                time.sleep(2)
+                time.sleep(backoff_delay(attempt, base=0.5, cap=4.0))
+                attempt += 1
         raise Failed(f"SGLang not healthy after {timeout:.0f}s; see {self.log}:\n{self.tail()}")
 
     def tail(self, n: int = 20) -> str:

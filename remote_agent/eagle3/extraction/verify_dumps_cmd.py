@@ -1,5 +1,7 @@
 """`eagle3 verify-dumps DIR --dataset OUT.jsonl`: every dataset sample present exactly once,
-ids equal, shapes right, no NaN/Inf, no error markers; reports bytes per token.
+ids equal, shapes right, no NaN/Inf, no error markers; reports bytes per token. DIR may be a
+sharded extraction's root (extraction/sharding.py): then the union of its shards is checked,
+and each missing sample is reported with the shard that owes it.
 Exit codes: 0 the dump matches, 1 it does not, 2 bad input (no dump dir, no dataset)."""
 
 from __future__ import annotations
@@ -18,6 +20,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dataset", type=Path, required=True, help="the OUT.jsonl it was made from"
     )
+    parser.add_argument(
+        "--model",
+        type=Path,
+        help="the target model dir: refuse (exit 2, bad input) a dump of another model "
+        "(its recorded identity, extraction/identity.py)",
+    )
     parser.add_argument("--no-values", action="store_true", help="skip the NaN/Inf scan")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -25,12 +33,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from remote_agent.eagle3.dense import DumpFormatError
     from remote_agent.eagle3.extraction.dataset import open_dataset
+    from remote_agent.eagle3.extraction.sharding import parts_of, union_report
     from remote_agent.eagle3.extraction.verify import PROBLEMS, verify_dump
     from remote_agent.eagle3.progress import emit
 
-    if not (args.dump / "meta.json").is_file():
-        raise BadInput(f"{args.dump}: not a dump directory (no meta.json)")
+    if not (args.dump / "meta.json").is_file() and not parts_of(args.dump):
+        raise BadInput(f"{args.dump}: not a dump directory (no meta.json, no shard-I-of-N dumps)")
     dataset = open_dataset(args.dataset, require_manifest=False)
+    if args.model is not None:
+        from remote_agent.eagle3.extraction.identity import check_identity
+
+        check_identity(args.dump, args.model, "verify-dumps")
     try:
         report = verify_dump(args.dump, dataset, check_values=not args.no_values)
     except DumpFormatError as exc:
@@ -38,10 +51,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"verify-dumps: {exc}")
         return 1
     summary = report.to_json()
+    # a sharded extraction's root: which shard lacks what, and where each duplicate lies
+    union = union_report(args.dump, dataset) if parts_of(args.dump) else []
+    if union:
+        summary["ok"], summary["shard_problems"] = False, union
     if args.json:
         print(json.dumps(summary, indent=1))
     else:
-        verdict = "OK" if report.ok else "FAILED"
+        verdict = "OK" if report.ok and not union else "FAILED"
         print(
             f"{verdict}: {report.samples} samples, {report.tokens} tokens, {report.shards} shards, "
             f"{summary['bytes_per_token']} B/token on disk (format {summary['meta_bytes_per_token']}"
@@ -50,5 +67,7 @@ def run(args: argparse.Namespace) -> int:
         for key in PROBLEMS:
             if summary[key]:
                 print(f"  {key}: {summary[key]} e.g. {summary[key + '_examples'][:5]}")
+        for line in union:
+            print(f"  {line}")
     emit("result", **summary)
-    return 0 if report.ok else 1
+    return 0 if report.ok and not union else 1

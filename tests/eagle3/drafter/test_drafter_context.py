@@ -103,6 +103,17 @@ def kimi_target(tiny_target: Path, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def kimi_inputs(kimi_target: Path, tmp_path_factory) -> dict:
+    """Data and a dump made with the Kimi-shaped target itself: its config differs from the
+    tiny target's, so the tiny dump's recorded identity refuses it (extraction/identity.py)."""
+    from remote_agent.eagle3.drafter.synthetic import build_inputs
+
+    out = tmp_path_factory.mktemp("kimi-inputs")
+    info = build_inputs(kimi_target, out, n_samples=6, prompt_tokens=24, new_tokens=16)
+    return {**info, "target": str(kimi_target), "root": str(out)}
+
+
 CASES = [
     {"max_position_embeddings": 131072},
     {"max_position_embeddings": KIMI_LEN, "rope_scaling": KIMI_YARN},
@@ -138,9 +149,9 @@ def _kimi_training_config(tmp_path, tiny_inputs, make_config, target: Path, **dr
 
 
 def test_shipped_kimi_drafter_is_accepted_by_sglang_for_a_262144_token_target(
-    real, kimi_target, tiny_inputs, tmp_path, make_config
+    real, kimi_target, kimi_inputs, tmp_path, make_config
 ):
-    cfg = _kimi_training_config(tmp_path, tiny_inputs, make_config, kimi_target)
+    cfg = _kimi_training_config(tmp_path, kimi_inputs, make_config, kimi_target)
     train(config_mod.load(cfg))
     out = Path(export_checkpoint(tmp_path / "run", tmp_path / "export", target=kimi_target)["out"])
     exported = json.loads((out / "config.json").read_text())
@@ -174,10 +185,10 @@ def test_a_short_drafter_fails_in_real_sglang_and_is_refused_by_export_and_serve
 
 
 def test_an_explicit_shorter_max_position_is_refused_at_training(
-    kimi_target, tiny_inputs, tmp_path, make_config
+    kimi_target, kimi_inputs, tmp_path, make_config
 ):
     cfg = _kimi_training_config(
-        tmp_path, tiny_inputs, make_config, kimi_target, max_position_embeddings=131072
+        tmp_path, kimi_inputs, make_config, kimi_target, max_position_embeddings=131072
     )
     with pytest.raises(BadInput, match=r"131072.*262144"):
         train(config_mod.load(cfg))
