@@ -56,6 +56,16 @@ class StepRecord(BaseModel):
     restarts: int = 0  # a service: times a step that uses it restarted it after it died
 
 
+class RunAllIntent(BaseModel):
+    """The operator's standing order "run every step from `start`": it outlives the process
+    that was carrying it out (a quit, a kill -9), so the next driver of the run continues it."""
+
+    start: str | None = None
+    only: str | None = None
+    since: float
+    by: str  # "cockpit" | "auto": who gave it
+
+
 class RunState(BaseModel):
     run_id: str
     runbook_name: str
@@ -69,6 +79,7 @@ class RunState(BaseModel):
     audit_head: str = "0" * 64
     finished: bool = False
     exit_code: int | None = None
+    intent: RunAllIntent | None = None
 
     def all_done(self) -> bool:
         return all(r.status in DONE for r in self.steps.values())
@@ -118,9 +129,14 @@ class RunStore:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            try:
+                pid = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            except OSError:
+                pid = "?"
             os.close(fd)
             raise RunLocked(
-                f"run {self.run_id} is being driven by another eagle-tui process"
+                f"run {self.run_id} is being driven by another eagle-tui process (pid {pid} on "
+                f"this machine); watch it with `eagle-tui status`, or wait for it to end"
             ) from None
         try:
             os.ftruncate(fd, 0)

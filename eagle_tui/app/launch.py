@@ -78,14 +78,18 @@ def run_app(
     run_id: str | None = None,
     options: TransportOptions | None = None,
 ) -> int:
-    app = build_app(args, state_dir, overrides, secrets, run_id=run_id, options=options)
-    code = app.run()
-    if app.refusal:
-        print(app.refusal, file=sys.stderr)
-    relaunch = f"eagle-tui run {args.runbook} --run {app.run_id}"
-    for line in farewell(app.quit_work or live_work(app.engine), relaunch):
-        print(line)
-    if app.engine.audit is not None:
-        head = app.engine.audit.head
-        print(f"run {app.run_id} · audit head seq {head.seq} sha256 {head.hash}")
-    return int(code if code is not None else app.return_code or 0)
+    while True:
+        app = build_app(args, state_dir, overrides, secrets, run_id=run_id, options=options)
+        code = app.run()
+        if app.refusal:
+            print(app.refusal, file=sys.stderr)
+        relaunch = f"eagle-tui run {args.runbook} --run {app.run_id}"
+        for line in farewell(app.quit_work or live_work(app.engine), relaunch):
+            print(line)
+        if app.engine.audit is not None:
+            head = app.engine.audit.head
+            print(f"run {app.run_id} · audit head seq {head.seq} sha256 {head.hash}")
+        if app.next_run is None or app.refusal:
+            return int(code if code is not None else app.return_code or 0)
+        run_id = app.next_run  # the run picker's choice (`o`)
+        print(f"opening run {run_id}")

@@ -97,6 +97,7 @@ class EngineCore:
         self.state: RunState | None = None
         self.audit: AuditLog | None = None
         self._confirmed: set[str] = set()
+        self._intent_taken_up = False  # the saved run-all intent, resumed once per driver
         self._verified: set[str] = set()  # artifacts guards vouched for in this run
         self._last_save = 0.0
         self._stats_tasks: list[asyncio.Task] = []
@@ -235,11 +236,23 @@ class EngineCore:
                 if getattr(state, k)
                 != (self.loaded.sha256 if k == "runbook_sha256" else self.loaded.vars)
             ]
+            var_changes = {
+                k: [state.vars.get(k), self.loaded.vars.get(k)]
+                for k in sorted(set(state.vars) | set(self.loaded.vars))
+                if state.vars.get(k) != self.loaded.vars.get(k)
+            }
             if changed:
+                what = [f"{k}: {_shown(a)} -> {_shown(b)}" for k, (a, b) in var_changes.items()]
+                if "runbook_sha256" in changed:
+                    what.insert(
+                        0,
+                        f"runbook file: sha256 {state.runbook_sha256[:12]}… -> "
+                        f"{self.loaded.sha256[:12]}…",
+                    )
                 self.emit(
                     Notice(
                         "warning",
-                        f"resuming run {run_id} with a changed {' and '.join(changed)}; "
+                        f"resuming run {run_id} with changes: {'; '.join(what)}; "
                         "succeeded steps are not re-run",
                     )
                 )
@@ -248,7 +261,7 @@ class EngineCore:
                 self.loaded.vars,
                 False,
             )
-            self.audit.append("run.resumed", changed=changed, **info)
+            self.audit.append("run.resumed", changed=changed, var_changes=var_changes, **info)
         else:
             self.audit.append("run.started", **info)
         self._save()
@@ -301,3 +314,7 @@ class EngineCore:
                     self._save()
             finally:
                 self.store.unlock()
+
+
+def _shown(value: str | None) -> str:
+    return "(unset)" if value is None else repr(value)

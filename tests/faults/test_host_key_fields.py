@@ -3,7 +3,7 @@
 refusal, naming another fingerprint, must not change what the cockpit offers.
 
 Real parts: the SSH transport's refusal exceptions, the engine's HostSession retry loop (which
-emits the status the cockpit listens to), and the cockpit's trust mixin in a real Textual app."""
+emits the status the cockpit listens to), and the cockpit's trust part in a real Textual app."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import random
 import string
 
 import pytest
+from textual.app import App
 
 from eagle_tui.app.screens.dialogs import AskScreen
 from eagle_tui.app.trust import HostTrust
@@ -39,15 +40,13 @@ class Refusing:
         pass
 
 
-class Cockpit(HostTrust):
-    """The cockpit's trust part alone (engine and options unused until the operator says yes)."""
-
-    engine = None  # type: ignore[assignment]
-    options = None
+class Cockpit(App[int]):
+    """A real Textual app holding the cockpit's trust part (engine and options are unused until
+    the operator says yes)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._trust_offered = set()
+        self.trust = HostTrust(self)  # type: ignore[arg-type]
 
 
 async def _status_of(refusal: TransportError) -> list[tuple]:
@@ -88,7 +87,7 @@ async def _attack(tmp_path, tally) -> None:
         app = Cockpit()
         async with app.run_test() as pilot:
             if refused is not None:
-                app.offer_trust("gpu", refused, failed[0][2])
+                app.trust.offer_trust("gpu", refused, failed[0][2])
             await pilot.pause()
             asked = isinstance(app.screen, AskScreen)
             body = app.screen.body if asked else ""

@@ -75,7 +75,9 @@ def test_demo_runbook_end_to_end(ssh_cli, box, tmp_path):
     assert [r["step"] for r in confirmed] == ["wipe-old"]
     run_dir = ssh_cli.state / "runs" / audit[0]["run_id"]
     assert verify(run_dir / "audit.jsonl").ok
-    assert "| train | succeeded |" in ssh_cli("audit", "export", "--format", "md", check=0).stdout
+    md = ssh_cli("audit", "export", "--format", "md", check=0).stdout
+    succeeded = md.split("## Succeeded steps", 1)[1].split("\n## ", 1)[0]
+    assert "| train | ran | 0 |" in succeeded, md
 
     # bootstrap: one upload, private files on the box; a second run uploads nothing
     cache = box.home / ".cache" / "eagle-tui"

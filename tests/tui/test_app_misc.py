@@ -138,7 +138,11 @@ async def test_unknown_host_key_is_asked_about_then_trusted(env):
         await asyncio.sleep(0)
 
 
-async def test_a_run_driven_elsewhere_is_refused_with_a_modal(env):
+async def test_a_run_driven_elsewhere_exits_4_with_one_line(env):
+    """Issue 15: no modal to dismiss (it was a blank screen, then a silent exit): the app exits
+    4 at once and run_app prints the refusal, which names the holder's pid."""
+    import os
+
     from runbook.state import RunStore
 
     app = env.app()
@@ -146,14 +150,10 @@ async def test_a_run_driven_elsewhere_is_refused_with_a_modal(env):
     other.lock()  # another eagle-tui process drives this run
     try:
         async with app.run_test(size=SIZE) as pilot:
-            screen = await wait_for(
-                pilot,
-                lambda: isinstance(app.screen, ErrorScreen) and app.screen,
-                what="the error modal",
-            )
-            assert "another eagle-tui process" in screen.body
-            await pilot.press("escape")
             await wait_for(pilot, lambda: not app.is_running, what="the app to exit")
+            assert not isinstance(app.screen, ErrorScreen)
         assert app.return_value == 4  # locked: the same exit code as a second headless driver
+        assert "another eagle-tui process" in app.refusal
+        assert f"pid {os.getpid()}" in app.refusal
     finally:
         other.unlock()

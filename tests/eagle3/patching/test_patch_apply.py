@@ -238,6 +238,7 @@ def test_fetch_pristine_checks_record_and_table(sglang_wheel, tmp_path, capsys):
 
 HELPER_SCRIPT = r"""
 import sys, types, torch
+sys.modules["remote_agent"] = None  # as inside SGLang: the helper must not need the project
 sys.path.insert(0, sys.argv[1])
 from sglang.srt.eagle3_dump import dump, reset
 
@@ -281,9 +282,11 @@ def test_installed_helper_imports_as_sglang_srt_eagle3_dump(target, tmp_path, ca
     dump_dir = tmp_path / "dump"
     env = {**os.environ, "EAGLE3_DUMP_DIR": str(dump_dir), "EAGLE3_DUMP_SYNC": "1",
            "EAGLE3_DUMP_MIN_FREE_MB": "0"}  # fmt: skip
+    env.pop("PYTHONPATH", None)
     proc = subprocess.run(
-        [sys.executable, "-c", HELPER_SCRIPT, str(site)], env=env, capture_output=True, text=True
-    )
+        [sys.executable, "-c", HELPER_SCRIPT, str(site)],
+        env=env, capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     from remote_agent.eagle3.dense import DumpReader
 
