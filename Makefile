@@ -29,8 +29,10 @@ system-deps:
 
 test: setup system-deps
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pyright
 	$(VENV)/bin/pytest -q
 
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/pyright  # basic mode over runbook/ and the agent core ([tool.pyright])

@@ -28,7 +28,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import types
 import uuid
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from machine_info import describe, save_result  # bench/ is sys.path[0] when run
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from runbook.agent_client import HostSession  # noqa: E402
+from runbook.transports import TransportOptions  # noqa: E402
 from runbook.transports.ssh import SshTransport  # noqa: E402
 from tests.ssh.helpers import host_block  # noqa: E402
 from tests.ssh.sshd import Sshd, have_sshd, keygen  # noqa: E402
@@ -257,7 +257,7 @@ async def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         config.write_text(host_block("box", sshd.address, sshd.port, user))
         known = work / "known_hosts"
         known.write_text(sshd.known_hosts_line())
-        opts = types.SimpleNamespace(known_hosts=str(known), ssh_config=str(config))
+        opts = TransportOptions(known_hosts=str(known), ssh_config=str(config))
         transport = SshTransport.from_options("box", work / "state", opts)
         session = HostSession("box", transport)
         t0 = time.monotonic()

@@ -5,7 +5,8 @@
 # SGLang's own return_hidden_states, two requests batched), `extract --server`, dumps vs the
 # reference, drafter trained on the SGLang dumps, `sglang-launch serve` (EAGLE3), serve-check,
 # accept vs the reference decoder, revert + byte check. -> $OUT/sglang-real.json + logs.
-#   run: carry [".whl"], command: bash bench/gpu_sglang.sh          (SIZES=quick for a smoke run)
+#   run: carry [".whl"], command: bash bench/gpu_sglang.sh          (SIZES=quick for a smoke run;
+#   BUDGET_S=560: staging + runbook stop by then so the report is always written)
 #
 # STAGE (the integrator puts these in .whl/sgl/, one carry), either
 #   .whl/sgl/site.tar.xz         bench/stage_sglang.sh: sglang 0.5.14, its slim kernel, the serving
@@ -20,7 +21,8 @@ set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-S=/tmp/site; W=.whl/sgl; WORK=/tmp/sglang-check; STATE=/tmp/sglang-check-state
+S=${SITE:-/tmp/site}; W=${WHL:-.whl/sgl}; WORK=${WORK:-/tmp/sglang-check}; STATE=${STATE:-/tmp/sglang-check-state}
+ST=${STUBS_DIR:-/tmp/stubs}; BIN=${BIN_DIR:-/tmp/bin}  # all overridable for a CPU rehearsal
 T=$S/sglang/srt/models/deepseek_v2.py
 PRISTINE=947fdc256101f538a668090f82e5eb5f888e2434f2bbbf69a99cdaa628cf902e
 t0=$(date +%s)
@@ -30,9 +32,9 @@ stage_end() { SECS[$1]=$(( $(date +%s) - ts )); }
 
 # ---- staging (a warm machine keeps /tmp: start clean) ----
 stage_start staging
-rm -rf $S /tmp/stubs $WORK $STATE; mkdir -p $S /tmp/stubs /tmp/bin
-ln -sf "$(command -v python3)" /tmp/bin/python  # runbook steps say `python`
-export PATH=/tmp/bin:$PATH
+rm -rf $S $ST $WORK $STATE; mkdir -p $S $ST $BIN
+ln -sf "$(command -v python3)" $BIN/python  # runbook steps say `python`
+export PATH=$BIN:$PATH
 if [ -f $W/site.tar.xz ]; then
   tar xJf $W/site.tar.xz -C $S; FIRST=""; echo "staged site.tar.xz" > $OUT/staging.log
 else
@@ -41,36 +43,43 @@ else
   python3 -c "import zipfile,glob; zipfile.ZipFile(glob.glob('$W/sglang-0.5.14-*.whl')[0]).extractall('$S')"
   tar xzf $W/sgl_kernel.tgz -C $S; FIRST=$S:
 fi
-# transformers 5.17 (the image's) already registers configs sglang 0.5.14 (pinned 5.8.1) registers again
-cat > /tmp/stubs/sitecustomize.py <<'PYX'
-import sys
-if "/tmp/site" not in sys.path:  # at the end: what the image has wins (site.tar.xz layout)
-    sys.path.append("/tmp/site")
-try:
-    from transformers.models.auto import configuration_auto as _ca
-    _orig = _ca._LazyConfigMapping.register
-    def _reg(self, key, value, exist_ok=False):
-        return _orig(self, key, value, exist_ok=True)
-    _ca._LazyConfigMapping.register = _reg
-    from transformers import AutoModel, AutoProcessor, AutoTokenizer, AutoImageProcessor
-    for _c in (AutoModel, AutoProcessor, AutoTokenizer, AutoImageProcessor):
-        _o = _c.register
-        def _r(*a, _o=_o, **k):
-            k["exist_ok"] = True
-            try:
-                return _o(*a, **k)
-            except TypeError:
-                k.pop("exist_ok"); return _o(*a, **k)
-        _c.register = _r
-except Exception as e:
-    print("sitecustomize:", e)
+# Only SGLang's processes get the compat shims and the stubs (in every other process a stub of a
+# missing optional module would make transformers think it is there): the server is recognised
+# by its command line, its spawned schedulers by the variable it sets.
+mkdir -p $ST/site $ST/mods
+echo "import os, sys; _S, _M = '$S', '$ST/mods'" > $ST/site/sitecustomize.py
+cat >> $ST/site/sitecustomize.py <<'PYX'
+if _S not in sys.path:  # at the end: what the image has wins (site.tar.xz layout)
+    sys.path.append(_S)
+if "sglang.launch_server" in " ".join(getattr(sys, "orig_argv", [])):
+    os.environ["EAGLE3_SGLANG_SHIMS"] = "1"
+if os.environ.get("EAGLE3_SGLANG_SHIMS"):
+    sys.path.append(_M)  # after everything: only modules missing everywhere are stubbed
+    try:  # transformers 5.17 (the image's) registers configs sglang 0.5.14 registers again
+        from transformers.models.auto import configuration_auto as _ca
+        _orig = _ca._LazyConfigMapping.register
+        def _reg(self, key, value, exist_ok=False):
+            return _orig(self, key, value, exist_ok=True)
+        _ca._LazyConfigMapping.register = _reg
+        from transformers import AutoModel, AutoProcessor, AutoTokenizer, AutoImageProcessor
+        for _c in (AutoModel, AutoProcessor, AutoTokenizer, AutoImageProcessor):
+            _o = _c.register
+            def _r(*a, _o=_o, **k):
+                k["exist_ok"] = True
+                try:
+                    return _o(*a, **k)
+                except TypeError:
+                    k.pop("exist_ok"); return _o(*a, **k)
+            _c.register = _r
+    except Exception as e:
+        print("sitecustomize:", e, file=sys.stderr)  # never on stdout: callers parse it
 PYX
-export PYTHONPATH=${FIRST}/tmp/stubs:$PWD
+export PYTHONPATH=${FIRST}$ST/site:$PWD
 STUBS=""
 for i in $(seq 30); do  # optional modules not carried are stubbed and listed in the results
-  err=$(python3 -c "import sglang.srt.models.deepseek_v2, sglang.srt.entrypoints.http_server, sglang.srt.models.llama_eagle3" 2>&1 | grep -oE "No module named '[^']+'" | head -1 | sed "s/No module named '//; s/'//")
+  err=$(EAGLE3_SGLANG_SHIMS=1 python3 -c "import sglang.srt.models.deepseek_v2, sglang.srt.entrypoints.http_server, sglang.srt.models.llama_eagle3" 2>&1 | grep -oE "No module named '[^']+'" | head -1 | sed "s/No module named '//; s/'//")
   [ -z "$err" ] && break
-  STUBS="$STUBS $err"; d=/tmp/stubs/$(echo $err | tr . /); mkdir -p $d
+  STUBS="$STUBS $err"; d=$ST/mods/$(echo $err | tr . /); mkdir -p $d
   printf 'def __getattr__(n):\n    if n.startswith("__"): raise AttributeError(n)\n    return type(n, (), {"__init__": lambda s,*a,**k: None, "__call__": lambda s,*a,**k: None})\n' > $d/__init__.py
 done
 echo "stubs:$STUBS"
@@ -78,28 +87,39 @@ python3 -c "import eagle_tui.cli" > $OUT/engine-import.log 2>&1; ENGINE=$?
 stage_end staging
 
 # ---- the pipeline, through the runbook engine (per-step seconds and errors in its state) ----
-SETS=()
+SETS=(--set site=$S --set work=$WORK)
 if [ "${SIZES:-}" = quick ]; then
-  SETS=(--set target_steps=20 --set per_source=48 --set prompts=16 --set draft_steps=20 --set accept_n=8)
+  SETS+=(--set target_steps=20 --set per_source=48 --set prompts=16 --set draft_steps=20 --set accept_n=8)
+fi
+if [ -n "${EXTRA_SETS:-}" ]; then  # e.g. "preset=ci device=cpu" for a CPU rehearsal
+  for kv in $EXTRA_SETS; do SETS+=(--set "$kv"); done
 fi
 stage_start runbook
+# the device allows 10 minutes a command: staging + runbook end by BUDGET_S, the report follows
+END=$(( t0 + ${BUDGET_S:-560} ))
+RBRC=125
+run_rb() {  # run_rb [--only STEP]: the engine, bounded by what is left of the budget
+  local left=$(( END - $(date +%s) ))
+  [ $left -le 5 ] && { echo "no time left for $*" >> $OUT/runbook.log; return 124; }
+  timeout -s TERM $left setsid python3 -m eagle_tui.cli run runbooks/gpu-sglang-check.yaml \
+    --auto --yes --quiet --state-dir $STATE "${SETS[@]}" "$@" >> $OUT/runbook.log 2>&1
+}
 if [ $ENGINE -eq 0 ]; then
-  setsid python3 -m eagle_tui.cli run runbooks/gpu-sglang-check.yaml --auto --yes --quiet \
-    --state-dir $STATE "${SETS[@]}" > $OUT/runbook.log 2>&1 &
-  RB=$!; wait $RB; RBRC=$?
-  kill -TERM -- -$RB 2>/dev/null  # a service the engine left running (it stops at the first failure)
+  run_rb; RBRC=$?
 else
-  RBRC=125; echo "eagle-tui does not import (deps not staged?): see engine-import.log" > $OUT/runbook.log
+  echo "eagle-tui does not import (deps not staged?): see engine-import.log" > $OUT/runbook.log
 fi
 echo "runbook rc=$RBRC"; tail -30 $OUT/runbook.log
-if [ $ENGINE -eq 0 ] && [ $RBRC -ne 0 ]; then
+if [ $ENGINE -eq 0 ] && [ $RBRC -ne 0 ] && [ $RBRC -ne 124 ]; then
   # the engine stops at the first step that fails: run each step not yet tried on its own, so
   # whatever does not depend on the failure still runs (the engine still enforces `requires`)
-  python3 -m eagle_tui.cli status --state-dir $STATE --json > $OUT/state-first.json 2>/dev/null
-  for sid in $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' '.join(k for k,v in d['steps'].items() if v['status'] in ('pending','blocked')))" $OUT/state-first.json); do
-    echo "== --only $sid" >> $OUT/runbook.log
-    setsid python3 -m eagle_tui.cli run runbooks/gpu-sglang-check.yaml --auto --yes --quiet \
-      --state-dir $STATE --only $sid "${SETS[@]}" >> $OUT/runbook.log 2>&1
+  TRIED=""
+  while :; do  # only steps whose requires all succeeded (each engine start costs seconds)
+    python3 -m eagle_tui.cli status --state-dir $STATE --json > $OUT/state-now.json 2>/dev/null
+    next=$(python3 bench/gpu_sglang_check.py runnable --state $OUT/state-now.json --tried "$TRIED" | cut -d' ' -f1)
+    [ -z "$next" ] && break
+    TRIED="$TRIED $next"; echo "== --only $next" >> $OUT/runbook.log
+    run_rb --only $next || [ $? -ne 124 ] || break
   done
 fi
 stage_end runbook

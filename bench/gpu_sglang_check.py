@@ -79,9 +79,21 @@ def write_prompts(data: Path, out: Path, limit: int, max_chars: int = 1500) -> i
     return len(rows)
 
 
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return json.loads(r.read())
+
+
 def save_server_info(url: str, out: Path) -> dict[str, Any]:
-    with urllib.request.urlopen(url.rstrip("/") + "/server_info", timeout=30) as r:
-        info = json.loads(r.read())
+    """/server_info plus the context length SGLang derived (0.5.14's server_info has none at the
+    top level: /v1/models reports it as max_model_len)."""
+    info = _get(url.rstrip("/") + "/server_info")
+    if info.get("context_length") is None:
+        try:
+            cards = _get(url.rstrip("/") + "/v1/models").get("data") or [{}]
+            info["served_context_length"] = cards[0].get("max_model_len")
+        except (OSError, ValueError) as exc:
+            info["served_context_length_error"] = str(exc)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(info, indent=1, default=str))
     return info
@@ -201,9 +213,9 @@ def _load(path: Path) -> Any:
         return {"error": f"{path}: {exc}"}
 
 
-def _text(path: Path) -> str | None:
+def _text(path: Path, tail: int = 2000) -> str | None:
     try:
-        return Path(path).read_text()[-2000:]
+        return Path(path).read_text(errors="replace")[-tail:]
     except OSError:
         return None
 
@@ -224,18 +236,23 @@ def _stages(state: Path) -> dict[str, Any]:
             "message": (rec.get("reason") or "")
             + (f": {rec['message']}" if rec.get("message") else ""),
         }
+        if rec.get("status") in ("failed", "lost") and rec.get("log_file"):
+            # the why, in the report itself: the last lines of the step's log
+            out[sid]["log_tail"] = (_text(Path(rec["log_file"]), 6000) or "").splitlines()[-40:]
     return out
 
 
 def report(work: Path, state: Path, extra: dict) -> dict:
     w = Path(work)
     info = _load(w / "server-info-extract.json")
+    serve_info = _load(w / "server-info-serve.json")
     vs = _load(w / "sglang-dumps" / "canary" / "vs-sglang.json")
     accept = _load(w / "accept.json")
     ref = _load(w / "reference-accept.json")
     res: dict[str, Any] = {
         "sglang_version": extra.get("sglang_version", "0.5.14"),
-        "target_context_length": info.get("context_length") if isinstance(info, dict) else None,
+        "target_context_length": _context_length(info),
+        "serve_context_length": _context_length(serve_info),
         "dumps_vs_reference": _load(w / "dumps-vs-reference.json"),
         "dumps_vs_sglang_hidden_states": {
             k: vs.get(k)
@@ -261,9 +278,14 @@ def report(work: Path, state: Path, extra: dict) -> dict:
         "commands": {"script": "bash bench/gpu_sglang.sh", **_commands(state)},
         **extra,
     }
-    if isinstance(info, dict) and "context_length" not in info:
-        res["target_context_length_note"] = "server_info had no context_length key"
     return res
+
+
+def _context_length(info: Any) -> int | None:
+    if not isinstance(info, dict):
+        return None
+    value = info.get("context_length") or info.get("served_context_length")
+    return int(value) if value else None
 
 
 def _commands(state: Path) -> dict[str, Any]:
@@ -273,6 +295,27 @@ def _commands(state: Path) -> dict[str, Any]:
     if not isinstance(steps, dict):
         return {}
     return {sid: rec.get("command") for sid, rec in steps.items() if rec.get("command")}
+
+
+def runnable(state: Path, runbook: Path, tried: set[str]) -> list[str]:
+    """Steps not yet run whose `requires` all succeeded: what still makes sense after a failure
+    (the script runs them one by one; asking the engine for a blocked step costs a start-up)."""
+    import yaml
+
+    data = _load(state)
+    steps = data.get("steps") if isinstance(data, dict) else None
+    if not isinstance(steps, dict):
+        return []
+    spec = yaml.safe_load(Path(runbook).read_text())
+    requires = {s["id"]: s.get("requires") or [] for s in spec["steps"]}
+    done = {k for k, v in steps.items() if v.get("status") == "succeeded"}
+    return [
+        sid
+        for sid, rec in steps.items()
+        if rec.get("status") in ("pending", "blocked")
+        and sid not in tried
+        and all(r in done for r in requires.get(sid, []))
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -301,6 +344,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--device", default="cuda")
     s.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"))
     s.add_argument("--out", type=Path, required=True)
+    s = sub.add_parser("runnable")
+    s.add_argument("--state", type=Path, required=True)
+    s.add_argument("--runbook", type=Path, default=REPO / "runbooks" / "gpu-sglang-check.yaml")
+    s.add_argument("--tried", default="", help="space-separated ids already tried")
     s = sub.add_parser("report")
     s.add_argument("--work", type=Path, required=True)
     s.add_argument("--state", type=Path, required=True, help="eagle-tui status --json output")
@@ -321,6 +368,9 @@ def main(argv: list[str] | None = None) -> int:
                 {k: info.get(k) for k in ("version", "context_length", "speculative_algorithm")}
             )
         )
+        return 0
+    if a.cmd == "runnable":
+        print(" ".join(runnable(a.state, a.runbook, set(a.tried.split()))))
         return 0
     if a.cmd == "compare-dumps":
         r = compare_dumps(a.ref, a.sgl)

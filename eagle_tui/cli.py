@@ -10,8 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
-import os
-import re
 import signal
 import sys
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Any
 from rich.text import Text
 
 from eagle_tui import __version__
+from remote_agent.atomic_write import write_atomic
 from runbook import audit as audit_mod
 from runbook import audit_seal
 from runbook.audit_seal import AuditBreak
@@ -43,11 +42,10 @@ from runbook.state import (
     latest_run,
     list_runs,
 )
-from runbook.transports import TransportError
+from runbook.transports import FINGERPRINT_RE, TransportError, TransportOptions
 from runbook.transports.factory import make_transport_factory
 
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
-FINGERPRINT = re.compile(r"SHA256:[A-Za-z0-9+/]{43}=?")  # as `ssh-keygen -l` prints it
 
 
 def _err(msg: str) -> None:
@@ -173,6 +171,16 @@ async def _run_headless(args: argparse.Namespace, engine: Engine, view, run_id: 
     return code
 
 
+def transport_options(args: argparse.Namespace) -> TransportOptions:
+    """The transports' options, built once from the flags (the Namespace stops here)."""
+    return TransportOptions(
+        known_hosts=args.known_hosts,
+        ssh_config=args.ssh_config,
+        trust_host=tuple(args.trust_host or ()),
+        python=args.python,
+    )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     state_dir = _state_dir(args)
     try:
@@ -188,7 +196,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 raise RunbookError([f"--yes {sid}: no such step"])
         if args.python is not None and not args.python.strip():
             raise RunbookError(["--python: expected the path of a python on the box"])
-        bad = [fp for fp in args.trust_host or [] if not FINGERPRINT.fullmatch(fp)]
+        bad = [fp for fp in args.trust_host or [] if not FINGERPRINT_RE.fullmatch(fp)]
         if bad:
             raise RunbookError(
                 [f"--trust-host {fp}: expected SHA256:<43 characters>" for fp in bad]
@@ -199,11 +207,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         for p in exc.problems:
             _err(p)
         return EXIT_INVALID
+    options = transport_options(args)
 
     if not args.auto and not args.dry_run:
-        from eagle_tui.app.main import run_app  # imported only for the TUI
+        from eagle_tui.app.launch import run_app  # imported only for the TUI
 
-        return run_app(args, state_dir, overrides, secrets, run_id=run_id)
+        return run_app(args, state_dir, overrides, secrets, run_id=run_id, options=options)
 
     loaded = load_runbook(args.runbook, overrides, run_id=run_id, state_dir=state_dir)
     from eagle_tui.headless import HeadlessView
@@ -216,7 +225,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     engine = Engine(
         loaded,
         state_dir,
-        transports=make_transport_factory(state_dir, args),
+        transports=make_transport_factory(state_dir, options),
         confirmer=headless_confirmer(args.yes or [], loaded.runbook.auto_confirm),
         secrets=secrets,
         default_host=args.host,
@@ -361,7 +370,8 @@ def _box_head_check(args: argparse.Namespace, run: RunState, path: Path) -> tupl
     except (RunbookError, OSError, ValueError):
         pass
     try:
-        transport = make_transport_factory(_state_dir(args), args)(
+        options = TransportOptions(known_hosts=args.known_hosts, ssh_config=args.ssh_config)
+        transport = make_transport_factory(_state_dir(args), options)(
             host, *([config] if config is not None else [])
         )
         head = _run_coroutine(lambda: audit_seal.fetch_box_head(transport, run.run_id))
@@ -406,9 +416,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     text = {"jsonl": audit_mod.export_jsonl, "csv": audit_mod.export_csv}.get(fmt)
     out = text(records) if text else export_markdown(records, result)
     if args.output:
-        tmp = Path(f"{args.output}.tmp.{os.getpid()}")
-        tmp.write_text(out)
-        os.replace(tmp, args.output)
+        write_atomic(Path(args.output), out)
         print(
             f"wrote {args.output} ({len(records)} records, chain {'ok' if result.ok else 'NOT OK'})"
         )

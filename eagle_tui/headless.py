@@ -14,7 +14,7 @@ from rich.text import Text
 
 from eagle_tui.present import guards as guard_view
 from eagle_tui.present.status import ICONS, STYLES, progress_text
-from remote_agent.eagle3.progress import PREFIX as PROGRESS_PREFIX
+from remote_agent.progress import PREFIX as PROGRESS_PREFIX
 from runbook.events import (
     PENDING,
     RUNNING,

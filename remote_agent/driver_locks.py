@@ -28,10 +28,12 @@ from remote_agent.spool import make_private_dir, read_json, write_json
 RUN_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 
-def _str(args: dict[str, Any], key: str, *, optional: bool = False) -> str | None:
+def _opt_str(args: dict[str, Any], key: str) -> str | None:
+    return None if args.get(key) is None else _str(args, key)
+
+
+def _str(args: dict[str, Any], key: str) -> str:
     v = args.get(key)
-    if v is None and optional:
-        return None
     if not isinstance(v, str) or not v or "\0" in v:
         raise bad(f"{key} must be a non-empty string")
     return v
@@ -51,7 +53,7 @@ class DriverLocks:
 
     def _path(self, args: dict[str, Any]) -> tuple[Path, str, str]:
         name = _str(args, "name")
-        work = _str(args, "work_dir", optional=True) or os.getcwd()
+        work = _opt_str(args, "work_dir") or os.getcwd()
         work = os.path.realpath(os.path.expanduser(work))
         key = hashlib.sha256(f"{name}\0{work}".encode()).hexdigest()[:32]
         return self.locks / f"{key}.json", name, work

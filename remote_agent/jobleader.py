@@ -35,6 +35,7 @@ import sys
 import time
 from pathlib import Path
 
+from remote_agent.atomic_write import write_atomic
 from remote_agent.redact import StreamRedactor
 
 CANNOT_START = 127  # exit code when the command does not exist (126: exists, cannot run)
@@ -72,15 +73,8 @@ def _noop(signum: int, frame: object) -> None:
 
 
 def _write_record(path: Path, record: dict[str, object]) -> None:
-    # Same atomic form as the spool's records, without importing the agent (keep this lean).
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, json.dumps(record, sort_keys=True).encode() + b"\n")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    # The spool's atomic record form; atomic_write is stdlib-only, so the leader stays lean.
+    write_atomic(path, json.dumps(record, sort_keys=True) + "\n", mode=0o600)
 
 
 def _read_secrets(fd: int) -> list[str]:

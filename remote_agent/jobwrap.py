@@ -127,7 +127,7 @@ def _spawn(
         err = OSError(message or f"the job leader died before starting it ({child.returncode})")
         err.errno = errno.ENOENT if code == "127" else None
         raise err
-    return child
+    return child  # pyright: ignore[reportReturnType]  (bytes: no text=; `**group` hides that)
 
 
 def _supervise(

@@ -11,17 +11,18 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 PROTOCOL_VERSION = 1
 MAX_LINE = 16 * 1024 * 1024  # a request line longer than this is refused, not buffered
 
 
 class AgentError(Exception):
-    """An error answered to the client as `{"type", "message"}`; never a traceback."""
+    """An error answered to the client as `{"type", "message"}`; never a traceback. The client
+    raises the same class from an error answer (runbook/agent_client.py)."""
 
     def __init__(self, type_: str, message: str) -> None:
-        super().__init__(message)
+        super().__init__(f"{type_}: {message}")
         self.type = type_
         self.message = message
 
@@ -49,7 +50,7 @@ class RequestError(Exception):
         self.error = error
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -69,7 +70,7 @@ def parse_request(line: bytes) -> Request:
     if not isinstance(obj, dict):
         raise RequestError(None, bad(f"request must be a JSON object, got {type(obj).__name__}"))
     rid = obj.get("id")
-    if not _is_int(rid):
+    if not isinstance(rid, int) or isinstance(rid, bool):
         raise RequestError(None, bad("request needs an integer 'id'"))
     op = obj.get("op")
     if not isinstance(op, str) or not op:
@@ -118,6 +119,7 @@ def bytes_to_text(data: bytes) -> str:
 
 
 def text_to_bytes(text: str) -> bytes:
+    """The client's inverse of bytes_to_text: the exact log bytes back."""
     return text.encode("utf-8", "surrogateescape")
 
 
@@ -126,12 +128,18 @@ def text_to_bytes(text: str) -> bytes:
 _MISSING: Any = object()
 
 
-def arg_str(
-    args: dict[str, Any], key: str, default: Any = _MISSING, *, nullable: bool = False
-) -> Any:
+def _given(args: dict[str, Any], key: str, default: Any) -> Any:
+    """args[key], else `default`; a required argument (no default) that is absent is refused."""
     v = args.get(key, default)
     if v is _MISSING:
         raise bad(f"args.{key} is required")
+    return v
+
+
+def arg_str(
+    args: dict[str, Any], key: str, default: Any = _MISSING, *, nullable: bool = False
+) -> Any:
+    v = _given(args, key, default)
     if v is None and (nullable or default is None):
         return None
     if not isinstance(v, str):
@@ -144,9 +152,7 @@ def arg_str(
 def arg_int(
     args: dict[str, Any], key: str, default: Any = _MISSING, *, minimum: int | None = 0
 ) -> Any:
-    v = args.get(key, default)
-    if v is _MISSING:
-        raise bad(f"args.{key} is required")
+    v = _given(args, key, default)
     if v is None and default is None:
         return None
     if not _is_int(v):
@@ -159,12 +165,10 @@ def arg_int(
 def arg_float(
     args: dict[str, Any], key: str, default: Any = _MISSING, *, positive: bool = True
 ) -> Any:
-    v = args.get(key, default)
-    if v is _MISSING:
-        raise bad(f"args.{key} is required")
+    v = _given(args, key, default)
     if v is None and default is None:
         return None
-    if not (_is_int(v) or isinstance(v, float)) or not math.isfinite(v):
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
         raise bad(f"args.{key} must be a number")
     if positive and v <= 0:
         raise bad(f"args.{key} must be > 0")

@@ -49,8 +49,3 @@ class StreamRedactor:
     def pending(self) -> int:
         """Bytes seen but not yet handed out (they may be the start of a secret)."""
         return len(self._pending)
-
-
-def redact_bytes(data: bytes, secrets: Iterable[bytes | str]) -> bytes:
-    r = StreamRedactor(secrets)
-    return r.feed(data) + r.flush()

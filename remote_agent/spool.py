@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from remote_agent.atomic_write import write_atomic
 from remote_agent.protocol import AgentError, bad
 
 JOB_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,200}")
@@ -58,23 +59,16 @@ def make_private_dir(path: Path) -> None:
 
 def write_private(path: Path, data: bytes, *, atomic: bool = False) -> None:
     """Write a 0600 file; `atomic` = tmp + fsync + rename + fsync(dir), for records read racily."""
-    target = path.with_name(f".{path.name}.tmp.{os.getpid()}") if atomic else path
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    if atomic:
+        write_atomic(path, data, mode=0o600)
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        if atomic:
-            os.fsync(fd)
     finally:
         os.close(fd)
-    if atomic:
-        os.replace(target, path)
-        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
 
 
 def write_json(path: Path, obj: Any, *, atomic: bool = False) -> None:
@@ -219,6 +213,3 @@ class JobDir:
             return max(0.0, time.time() - self.path.stat().st_mtime)
         except OSError:
             return 0.0
-
-    def cancel_requested(self) -> bool:
-        return self.file(CANCEL).exists()

@@ -17,28 +17,14 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from runbook.transports import Endpoint, Transport, TransportError
+from remote_agent.protocol import PROTOCOL_VERSION, AgentError, text_to_bytes  # one contract
+from runbook.transports import Endpoint, HostKeyRefusal, Transport, TransportError
 
-PROTOCOL_VERSION = 1
 CLIENT_NAME = "eagle-tui"
-
-
-class AgentError(Exception):
-    """The agent answered with an error."""
-
-    def __init__(self, type_: str, message: str) -> None:
-        super().__init__(f"{type_}: {message}")
-        self.type = type_
-        self.message = message
 
 
 class ConnectionLost(Exception):
     pass
-
-
-def decode_data(text: str) -> bytes:
-    """Log data travels as surrogate-escaped UTF-8; this gives back the exact bytes."""
-    return text.encode("utf-8", "surrogateescape")
 
 
 EventHandler = Callable[[dict[str, Any]], None]
@@ -77,7 +63,8 @@ class AgentConnection:
                     for handler in list(self._handlers):
                         handler(msg)
                     continue
-                fut = self._pending.pop(msg.get("id"), None)
+                rid = msg.get("id")
+                fut = self._pending.pop(rid, None) if isinstance(rid, int) else None
                 if fut is not None and not fut.done():
                     fut.set_result(msg)
         except (ConnectionError, asyncio.IncompleteReadError, OSError, ValueError):
@@ -125,7 +112,8 @@ class AgentConnection:
         self.closed.set()
 
 
-StatusCallback = Callable[[str, int, str | None], None]  # state, attempt, message
+# state, attempt, message, and the refused host key when that is why it failed
+StatusCallback = Callable[[str, int, str | None, HostKeyRefusal | None], None]
 
 
 class HostSession:
@@ -212,24 +200,24 @@ class HostSession:
         while True:
             attempt += 1
             state = "connecting" if first else "reconnecting"
-            self.on_status(state, attempt, None)
+            self.on_status(state, attempt, None, None)
             try:
                 conn = await self._connect_once()
             except TransportError as exc:
                 if exc.permanent or self._closing:
-                    self.on_status("failed", attempt, str(exc))
+                    self.on_status("failed", attempt, str(exc), exc.host_key)
                     raise
                 if self.max_attempts is not None and attempt >= self.max_attempts:
-                    self.on_status("failed", attempt, str(exc))
+                    self.on_status("failed", attempt, str(exc), exc.host_key)
                     raise
                 delay = min(self.max_backoff, 0.5 * 2 ** min(attempt - 1, 10))
                 delay *= 0.5 + random.random()  # jitter: many clients must not retry in lockstep
-                self.on_status(state, attempt, f"{exc}; retrying in {delay:.1f}s")
+                self.on_status(state, attempt, f"{exc}; retrying in {delay:.1f}s", None)
                 await asyncio.sleep(delay)
                 continue
             if not first:
                 self.reconnects += 1
-            self.on_status("connected", attempt, None)
+            self.on_status("connected", attempt, None, None)
             return conn
 
     async def call(self, op: str, timeout: float | None = None, **args: Any) -> dict[str, Any]:
@@ -278,7 +266,7 @@ class HostSession:
                         start, end = int(msg["offset"]), int(msg["next_offset"])
                         if end <= cursor:
                             continue  # already delivered (a watch racing a reconnect)
-                        data = decode_data(msg.get("data", ""))
+                        data = text_to_bytes(msg.get("data", ""))
                         if start < cursor:  # overlap: keep only the new bytes
                             data = data[cursor - start :]
                             start = cursor
@@ -295,7 +283,7 @@ class HostSession:
                         size = int(msg.get("log_size", cursor))
                         while cursor < size:  # by protocol never needed; cheap insurance
                             chunk = await conn.call("job.read", job_id=job_id, offset=cursor)
-                            data = decode_data(chunk.get("data", ""))
+                            data = text_to_bytes(chunk.get("data", ""))
                             if not data:
                                 break
                             end = int(chunk["next_offset"])

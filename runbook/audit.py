@@ -160,7 +160,7 @@ def verify(path: Path, expected_head: Head | None = None) -> VerifyResult:
         try:
             rec = json.loads(line)
         except ValueError:
-            rec, problem = None, "not valid JSON"
+            rec, problem = {}, "not valid JSON"
         if problem is None and (
             not isinstance(rec, dict) or not {"hash", "prev", "seq"} <= rec.keys()
         ):

@@ -108,7 +108,8 @@ def apply_derived(
 ) -> None:
     for sid, r in derived_steps(records).items():
         rec = state.steps.setdefault(sid, StepRecord())
-        rec.status, rec.reason, rec.message = r.get("status"), r.get("reason"), r.get("message")
+        rec.status = r.get("status") or rec.status  # a record without one keeps the old status
+        rec.reason, rec.message = r.get("reason"), r.get("message")
         rec.attempt = int(r.get("attempt") or 0)
         rec.job_id = r.get("job_id")
         if rec.job_id and not rec.log_file and store is not None:

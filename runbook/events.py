@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from runbook.transports import HostKeyRefusal
+
 # Step statuses (DESIGN.md state machine); termination reasons are kept separately.
 PENDING, BLOCKED, RUNNING = "pending", "blocked", "running"
 SUCCEEDED, FAILED, LOST, CANCELLED, SKIPPED = "succeeded", "failed", "lost", "cancelled", "skipped"
@@ -85,7 +87,8 @@ class ConnectionChanged(Event):
     state: str  # "connecting" | "connected" | "reconnecting" | "failed"
     attempt: int = 0
     message: str | None = None
-    host_key: str | None = None
+    host_key: str | None = None  # the verified key's fingerprint, once connected
+    refused_key: HostKeyRefusal | None = None  # why it failed, when a host key was refused
 
 
 @dataclass(frozen=True)

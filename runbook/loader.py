@@ -5,14 +5,16 @@ Every problem is a RunbookError whose message reads `file:line:col: where: what 
 
 from __future__ import annotations
 
+import graphlib
 import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from runbook import fanout_expand
 from runbook.interpolate import (
@@ -213,8 +215,8 @@ def _allowed_keys(body: Any, path: tuple[str | int, ...]) -> list[str]:
         for p in parent:
             node = node[p]
         kind = node.get("check") if isinstance(node, dict) else None
-        for m in schema.Check.__args__[0].__args__:
-            if m.model_fields["check"].annotation.__args__[0] == kind:
+        for m in get_args(get_args(schema.Check)[0]):  # Annotated[Union[...], discriminator]
+            if get_args(m.model_fields["check"].annotation)[0] == kind:
                 model = m
     if model is None:
         return []
@@ -222,7 +224,7 @@ def _allowed_keys(body: Any, path: tuple[str | int, ...]) -> list[str]:
     return [k for k in model.model_fields if k not in hidden]
 
 
-def _friendly(err: dict[str, Any], body: Any = None, path: tuple[str | int, ...] = ()) -> str:
+def _friendly(err: ErrorDetails, body: Any = None, path: tuple[str | int, ...] = ()) -> str:
     kind, msg = err["type"], err["msg"]
     ctx = err.get("ctx") or {}
     if kind == "extra_forbidden":
@@ -318,8 +320,10 @@ def load_text(
     try:
         values = resolve_vars({k: v for k, v in merged.items() if k not in literal}, literal)
     except InterpolationError as exc:
-        var = exc.args[1] if len(exc.args) > 1 else None
-        problems.add(("vars", var) if var in raw_vars else ("vars",), str(exc.args[0]))
+        message, *about = exc.args  # (message, variable name) or (message,)
+        var = about[0] if about else None
+        where = ("vars", var) if isinstance(var, str) and var in raw_vars else ("vars",)
+        problems.add(where, str(message))
 
     body = {k: v for k, v in data.items() if k not in ("vars", "secrets")}
     steps = body.get("steps")
@@ -490,29 +494,12 @@ def _cross_checks(rb: Runbook, problems: _Problems) -> None:
 
 
 def _find_cycle(rb: Runbook) -> list[str] | None:
+    """One cycle of `requires`, in requires order (a -> b: a requires b), or None."""
     graph = {s.id: [r for r in s.requires if r != s.id] for s in rb.steps}
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        stack.append(node)
-        for nxt in graph.get(node, []):
-            if state.get(nxt) == 1:
-                return stack[stack.index(nxt) :] + [nxt]
-            if nxt in graph and state.get(nxt) is None:
-                found = visit(nxt)
-                if found:
-                    return found
-        stack.pop()
-        state[node] = 2
-        return None
-
-    for node in graph:
-        if state.get(node) is None:
-            found = visit(node)
-            if found:
-                return found
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as exc:
+        return list(reversed(exc.args[1]))  # graphlib lists it in "required by" order
     return None
 
 

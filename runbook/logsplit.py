@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from remote_agent.eagle3.progress import PREFIX, parse
+from remote_agent.progress import PREFIX, parse
 
 _PREFIX = PREFIX.encode()
 
@@ -31,7 +31,7 @@ class LineSplitter:
 
 
 def parse_record(line: bytes) -> dict[str, Any] | None:
-    """The progress/metrics record a job printed on this line (the eagle3 progress contract)."""
+    """The progress/metrics record a job printed on this line (the progress contract, remote_agent/progress.py)."""
     if not line.startswith(_PREFIX):
         return None
     return parse(line.decode("utf-8", "replace"))

@@ -21,7 +21,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from runbook.events import DONE, PENDING, TERMINAL_BAD
+from remote_agent.atomic_write import write_atomic
+from runbook.events import DONE, PENDING
 
 
 def default_state_dir() -> Path:
@@ -55,6 +56,16 @@ class StepRecord(BaseModel):
     restarts: int = 0  # a service: times a step that uses it restarted it after it died
 
 
+class RunAllIntent(BaseModel):
+    """The operator's standing order "run every step from `start`": it outlives the process
+    that was carrying it out (a quit, a kill -9), so the next driver of the run continues it."""
+
+    start: str | None = None
+    only: str | None = None
+    since: float
+    by: str  # "cockpit" | "auto": who gave it
+
+
 class RunState(BaseModel):
     run_id: str
     runbook_name: str
@@ -68,12 +79,10 @@ class RunState(BaseModel):
     audit_head: str = "0" * 64
     finished: bool = False
     exit_code: int | None = None
+    intent: RunAllIntent | None = None
 
     def all_done(self) -> bool:
         return all(r.status in DONE for r in self.steps.values())
-
-    def any_bad(self) -> bool:
-        return any(r.status in TERMINAL_BAD for r in self.steps.values())
 
 
 def new_run_id(name: str) -> str:
@@ -120,9 +129,14 @@ class RunStore:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            try:
+                pid = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            except OSError:
+                pid = "?"
             os.close(fd)
             raise RunLocked(
-                f"run {self.run_id} is being driven by another eagle-tui process"
+                f"run {self.run_id} is being driven by another eagle-tui process (pid {pid} on "
+                f"this machine); watch it with `eagle-tui status`, or wait for it to end"
             ) from None
         try:
             os.ftruncate(fd, 0)
@@ -144,15 +158,9 @@ class RunStore:
 
     def save(self, state: RunState) -> None:
         state.updated_at = time.time()
-        tmp = self.state_path.with_name(f"state.json.tmp.{os.getpid()}")
         try:
-            with open(tmp, "w") as f:
-                f.write(state.model_dump_json(indent=1))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.state_path)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)  # the old state.json stays whole
+            write_atomic(self.state_path, state.model_dump_json(indent=1))
+        except OSError as exc:  # the old state.json stays whole
             raise write_failed(self.state_path, exc) from None
 
     def log_path(self, step_id: str, attempt: int) -> Path:

@@ -4,26 +4,11 @@ from __future__ import annotations
 
 import re
 
-_SIZE_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1000,
-    "kb": 1000,
-    "m": 1000**2,
-    "mb": 1000**2,
-    "g": 1000**3,
-    "gb": 1000**3,
-    "t": 1000**4,
-    "tb": 1000**4,
-    "p": 1000**5,
-    "pb": 1000**5,
-    "kib": 1024,
-    "mib": 1024**2,
-    "gib": 1024**3,
-    "tib": 1024**4,
-    "pib": 1024**5,
-}
-_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+from pydantic import ByteSize, TypeAdapter, ValidationError
+
+_BYTES = TypeAdapter(ByteSize)  # "500GiB" binary, "2TB" / "2k" decimal, case-insensitive
+# ByteSize alone is lax (any Unicode digit, junk after the unit): the shape is checked first.
+_SIZE_RE = re.compile(r"^\s*[0-9]+(?:\.[0-9]+)?\s*[a-zA-Z]*\s*$")
 _DUR_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d)")
 _DUR_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -42,11 +27,12 @@ def parse_size(value: object) -> int:
         return int(value)
     if not isinstance(value, str):
         raise ValueError("a size must be a number of bytes or a string like '500GiB'")
-    m = _SIZE_RE.match(value)
-    unit = m.group(2).lower() if m else None
-    if not m or unit not in _SIZE_UNITS:
-        raise ValueError(f"cannot read size {value!r}; write e.g. 500GiB, 2TB or 1048576")
-    return int(float(m.group(1)) * _SIZE_UNITS[unit])
+    try:
+        if not _SIZE_RE.match(value):
+            raise ValueError
+        return int(_BYTES.validate_python(value))
+    except (ValueError, ValidationError):
+        raise ValueError(f"cannot read size {value!r}; write e.g. 500GiB, 2TB or 1048576") from None
 
 
 def parse_duration(value: object) -> float:

@@ -8,7 +8,6 @@ can be reported as `file:line:col`. Duplicate keys are errors (YAML would silent
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -136,11 +135,3 @@ def load_yaml(text: str, file: str) -> SourceDoc:
     except RecursionError:
         raise YamlError(file, Pos(1, 1), "YAML nested too deeply") from None
     return doc
-
-
-def load_yaml_file(path: Path) -> SourceDoc:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise YamlError(str(path), Pos(1, 1), f"not UTF-8 text ({exc.reason})") from None
-    return load_yaml(text, str(path))

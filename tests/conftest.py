@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.paths import REPO
+
 CACHE = Path(os.environ.get("EAGLE3_TEST_CACHE", REPO / ".cache"))
 os.environ.setdefault("EAGLE3_CACHE", str(CACHE / "eagle3"))
 

@@ -1,23 +1,23 @@
-"""What the operator's actions do: each calls an Engine method in an async worker (named groups,
-exit_on_error False; failures land in CockpitApp.on_worker_state_changed). The only logic here
-is sequencing the operator's own requests (one driver per step; run-all waits for a step that is
-already being driven, e.g. a reattached job), never deciding what runs: that is the engine's."""
+"""What the operator's actions do: each calls an Engine method in an async worker of the app
+(named groups, exit_on_error False; failures land in CockpitApp.on_worker_state_changed). The
+only logic here is sequencing the operator's own requests (one driver per step; run-all waits
+for a step that is already being driven, e.g. a reattached job), never deciding what runs: that
+is the engine's. A composed object of the app (`app.actions`), not a mixin: it reaches the app
+only through the few members named in `Host`."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
-from textual.app import App
 from textual.worker import Worker
+from textual.worker_manager import WorkerManager
 
 from eagle_tui.app.screens.export import ExportRequest, export_audit
 from runbook import audit as audit_mod
 from runbook.engine import EXIT_OK, Engine
-from runbook.events import BLOCKED, DONE, TERMINAL_BAD
+from runbook.events import BLOCKED, DONE, RUNNING, SKIPPED, TERMINAL_BAD
 from runbook.state import StepRecord
-
-if TYPE_CHECKING:
-    from eagle_tui.app.screens.main import MainScreen
 
 STEP_GROUP, AUTO_GROUP, ENGINE_GROUP, GUARDS_GROUP, IO_GROUP = (
     "steps",
@@ -28,31 +28,51 @@ STEP_GROUP, AUTO_GROUP, ENGINE_GROUP, GUARDS_GROUP, IO_GROUP = (
 )
 
 
-class EngineActions(App[int]):
-    """Mixin of CockpitApp (typed as an App so the worker API is known)."""
+class Host(Protocol):
+    """What the actions need of the app: the engine, its workers, toasts, the header note."""
 
     engine: Engine
-    main: MainScreen
     opened: bool
-    driving: dict[str, Worker]
     guards: dict[str, dict[str, tuple[dict[str, Any], ...]]]
+    workers: WorkerManager
+
+    def run_worker(self, work: Any, **kwargs: Any) -> Worker[Any]: ...
+    def notify(self, message: str, **kwargs: Any) -> None: ...
+    def call_from_thread(self, callback: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
+    def record(self, sid: str) -> StepRecord | None: ...
+    def set_mode(self, mode: str) -> None: ...
+
+
+class EngineActions:
+    def __init__(self, app: Host) -> None:
+        self.app = app
+        self.driving: dict[str, Worker[Any]] = {}  # the worker driving each step
+
+    @property
+    def engine(self) -> Engine:
+        return self.app.engine
+
+    def notify(self, message: str, **kwargs: Any) -> None:
+        self.app.notify(message, **kwargs)
 
     def record(self, sid: str) -> StepRecord | None:
-        state = self.engine.state
-        return state.steps.get(sid) if state is not None else None
+        return self.app.record(sid)
+
+    def _work(self, work: Coroutine[Any, Any, Any] | Callable[[], Any], **kwargs: Any) -> Worker:
+        return self.app.run_worker(work, exit_on_error=False, **kwargs)
 
     def _busy(self, sid: str) -> bool:
         w = self.driving.get(sid)
         return w is not None and w.is_running
 
-    def _auto_running(self) -> bool:
-        return any(w.is_running for w in self.workers if w.group == AUTO_GROUP)
+    def auto_running(self) -> bool:
+        return any(w.is_running for w in self.app.workers if w.group == AUTO_GROUP)
 
     def _refuse_if_busy(self, sid: str) -> bool:
-        if not self.opened:
+        if not self.app.opened:
             self.notify("the run is still opening", severity="warning")
             return True
-        if self._auto_running():
+        if self.auto_running():
             self.notify(
                 "run-all is driving the steps; wait for it or cancel the running job",
                 severity="warning",
@@ -66,28 +86,28 @@ class EngineActions(App[int]):
     def drive_step(self, sid: str) -> None:
         if self._refuse_if_busy(sid):
             return
-        self.driving[sid] = self.run_worker(
-            self._run_step(sid), name=f"step:{sid}", group=STEP_GROUP, exit_on_error=False
-        )
+        self.driving[sid] = self._work(self._run_step(sid), name=f"step:{sid}", group=STEP_GROUP)
 
     async def _run_step(self, sid: str) -> str:
         status = await self.engine.run_step(sid)
         self._maybe_finish()
         return status
 
-    def drive_all(self, start: str) -> None:
-        if not self.opened:
+    def drive_all(self, start: str | None, continued: bool = False) -> None:
+        if not self.app.opened:
             self.notify("the run is still opening", severity="warning")
             return
-        if self._auto_running():
+        if self.auto_running():
             self.notify("run-all is already running", severity="warning")
             return
-        self.main.set_mode(f"auto from {start}")
-        self.run_worker(
-            self._run_all(start), name=f"auto:{start}", group=AUTO_GROUP, exit_on_error=False
+        shown = start or "the first step"
+        self.app.set_mode(
+            f"run-all from {shown} (continued; A stops it)" if continued else f"auto from {shown}"
         )
+        self.engine.set_intent(start, None, "cockpit")  # saved before anything runs
+        self._work(self._run_all(start), name=f"auto:{shown}", group=AUTO_GROUP)
 
-    async def _run_all(self, start: str) -> int | None:
+    async def _run_all(self, start: str | None) -> int | None:
         try:
             # Steps already driven (e.g. a reattached job) finish first; run_all then continues.
             for sid, w in list(self.driving.items()):
@@ -95,19 +115,47 @@ class EngineActions(App[int]):
                     await w.wait()
                     rec = self.record(sid)
                     if rec is not None and rec.status not in DONE:
+                        self.engine.clear_intent(f"{sid} ended {rec.status}")
                         self.notify(
                             f"run-all stopped: {sid} ended {rec.status}", severity="warning"
                         )
                         return None
-            return await self.engine.run_all(start=start)
+            if self.engine.state is not None and self.engine.state.intent is None:
+                return None  # stopped (A) while waiting for the reattached step
+            return await self.engine.run_all(start=start, by="cockpit")
         finally:
-            self.main.set_mode("")
+            self.app.set_mode("")
+
+    def continue_intent(self) -> None:
+        """On opening: a run-all the last driver did not finish (quit, kill -9) goes on."""
+        intent = self.engine.state.intent if self.engine.state is not None else None
+        if intent is None:
+            return
+        self.notify(
+            f"continuing run-all from {intent.start or 'the first step'} (given by {intent.by} "
+            "before the relaunch); press A to stop it after the running step",
+            timeout=12,
+        )
+        self.drive_all(intent.start, continued=True)
+
+    def stop_all(self) -> None:
+        """Withdraw the run-all intent: the running step finishes (nothing is killed), no next."""
+        if not self.engine.clear_intent("stopped by the operator"):
+            self.notify("no run-all to stop", severity="warning")
+            return
+        state = self.engine.state
+        running = [s for s, r in state.steps.items() if r.status == RUNNING] if state else []
+        self.notify(
+            "run-all stopped"
+            + (f"; {', '.join(running)} keeps running (x cancels it)" if running else ""),
+        )
+        self.app.set_mode("")
 
     def skip_step(self, sid: str, reason: str) -> None:
         if self._refuse_if_busy(sid):
             return
-        self.driving[sid] = self.run_worker(
-            self._skip(sid, reason), name=f"skip:{sid}", group=STEP_GROUP, exit_on_error=False
+        self.driving[sid] = self._work(
+            self._skip(sid, reason), name=f"skip:{sid}", group=STEP_GROUP
         )
 
     async def _skip(self, sid: str, reason: str) -> None:
@@ -127,17 +175,26 @@ class EngineActions(App[int]):
         self.engine.reset(sid)
         self.drive_step(sid)
 
+    def undo_skip(self, sid: str) -> None:
+        if self._refuse_if_busy(sid):
+            return
+        rec = self.record(sid)
+        if rec is None or rec.status != SKIPPED:
+            self.notify(
+                f"{sid} is {rec.status if rec else 'unknown'}: only a skipped step can be unskipped",
+                severity="warning",
+            )
+            return
+        self.engine.unskip(sid)
+        self.notify(f"{sid} is pending again (skip undone; audited)")
+
     def cancel_step(self, sid: str) -> None:
-        self.run_worker(
-            self.engine.cancel(sid), name=f"cancel:{sid}", group=ENGINE_GROUP, exit_on_error=False
-        )
+        self._work(self.engine.cancel(sid), name=f"cancel:{sid}", group=ENGINE_GROUP)
 
     def dry_run(self) -> None:
-        if not self.opened:
+        if not self.app.opened:
             return
-        self.run_worker(
-            self._dry_run(), name="dry-run", group=GUARDS_GROUP, exclusive=True, exit_on_error=False
-        )
+        self._work(self._dry_run(), name="dry-run", group=GUARDS_GROUP, exclusive=True)
 
     async def _dry_run(self) -> None:
         code = await self.engine.dry_run()
@@ -167,14 +224,14 @@ class EngineActions(App[int]):
 
         def work() -> None:
             res = export_audit(store.audit_path, head, req)
-            self.call_from_thread(
+            self.app.call_from_thread(
                 self.notify,
                 f"wrote {res.path} ({res.records} records, chain {'verified' if res.chain_ok else 'NOT OK: ' + str(res.problem)})",
                 severity="information" if res.chain_ok else "error",
                 timeout=8,
             )
 
-        self.run_worker(work, name="export", group=IO_GROUP, thread=True, exit_on_error=False)
+        self._work(work, name="export", group=IO_GROUP, thread=True)
 
     def _maybe_finish(self) -> None:
         """Single-step runs do not go through run_all: finish the run once every step is done."""
@@ -183,6 +240,6 @@ class EngineActions(App[int]):
             state is not None
             and state.all_done()
             and not state.finished
-            and not self._auto_running()
+            and not self.auto_running()
         ):
             self.engine.finish(EXIT_OK)

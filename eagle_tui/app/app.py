@@ -15,12 +15,14 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from textual import on
 from textual.app import App, SystemCommand
-from textual.css.query import NoMatches
 from textual.notifications import SeverityLevel
+from textual.reactive import Reactive
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
+from eagle_tui.app import messages as msg
 from eagle_tui.app.actions import (
     AUTO_GROUP,
     ENGINE_GROUP,
@@ -29,9 +31,10 @@ from eagle_tui.app.actions import (
     STEP_GROUP,
     EngineActions,
 )
-from eagle_tui.app.hostkeys import unknown_host_key
-from eagle_tui.app.messages import EngineEvent
+from eagle_tui.app.messages import message_for
+from eagle_tui.app.palette import READABLE_DARK
 from eagle_tui.app.quitting import LiveWork, ask_text, live_work
+from eagle_tui.app.reachability import Reachability
 from eagle_tui.app.screens.confirm import ConfirmScreen
 from eagle_tui.app.screens.dialogs import AskScreen, ErrorScreen
 from eagle_tui.app.screens.main import ACTIONS, HELP, MainScreen
@@ -45,25 +48,23 @@ from runbook.events import (
     DONE,
     RUNNING,
     TERMINAL_BAD,
-    ConnectionChanged,
     Event,
     GuardsEvaluated,
     LogChunk,
     MetricsUpdate,
-    Notice,
     ProgressUpdate,
-    RunFinished,
 )
 from runbook.plan import ordered_steps
-from runbook.state import RunLocked, StateWriteError
-from runbook.transports import TransportError
+from runbook.state import RunLocked, StateWriteError, StepRecord
+from runbook.transports import TransportError, TransportOptions
 
 OPERATOR_ERRORS = (ValueError, KeyError)  # refused actions (e.g. skipping a running step)
 
 
-class CockpitApp(EngineActions, HostTrust, App[int]):
+class CockpitApp(App[int]):
     CSS_PATH = Path(__file__).parent / "cockpit.tcss"  # absolute: subclasses live elsewhere
     TITLE = "eagle-tui"
+    ansi_theme_dark = Reactive(READABLE_DARK, init=False)  # ANSI colour names, readable
 
     def notify(
         self,
@@ -82,7 +83,7 @@ class CockpitApp(EngineActions, HostTrust, App[int]):
         engine: Engine,
         run_id: str,
         *,
-        options: Any = None,
+        options: TransportOptions | None = None,
         clock: Callable[[], float] = time.time,
         keymap: dict[str, str] | None = None,
         keymap_problems: Iterable[str] = (),
@@ -104,11 +105,13 @@ class CockpitApp(EngineActions, HostTrust, App[int]):
         self.keymap_problems = list(keymap_problems)
         self.guards: dict[str, dict[str, tuple[dict[str, Any], ...]]] = {}
         self.metrics: dict[str, StepMetrics] = {}
-        self.driving: dict[str, Worker] = {}
         self.opened = False
         self.closing = False
         self.quit_work: LiveWork | None = None
-        self._trust_offered: set[tuple[str, str]] = set()
+        self.reachability = Reachability()
+        self.next_run: str | None = None  # the run picker's choice: run_app opens it next
+        self.trust = HostTrust(self)  # unknown host keys: ask, then reconnect trusting
+        self.actions = EngineActions(self)  # the operator's commands, a composed object
         self.main = MainScreen()
         engine.listeners.append(self.engine_listener)
         engine.confirmer = self.confirm
@@ -117,36 +120,50 @@ class CockpitApp(EngineActions, HostTrust, App[int]):
 
     # ------------------------------------------------------------------ engine bridge
     def engine_listener(self, event: Event) -> None:
-        """Called synchronously by the engine: wrap and post, never block it."""
+        """Called synchronously by the engine: note what the app keeps, wrap, post; never block
+        it. The main screen handles the message first, then it bubbles here (the toasts)."""
         log_file, end = None, 0
         if isinstance(event, (LogChunk, MetricsUpdate, ProgressUpdate)):
             rec = self.record(event.step_id)
             if rec is not None:
                 log_file, end = rec.log_file, rec.log_mirror_size
-        self.post_message(EngineEvent(event, log_file, end))
+        elif isinstance(event, GuardsEvaluated):  # before the screen shows the step
+            self.guards.setdefault(event.step_id, {})[event.phase] = event.results
+        self.main.post_message(message_for(event, log_file, end))
 
-    def on_engine_event(self, msg: EngineEvent) -> None:
-        ev = msg.event
-        if isinstance(ev, GuardsEvaluated):
-            self.guards.setdefault(ev.step_id, {})[ev.phase] = ev.results
-        if self.main.is_mounted:
-            try:
-                self.main.apply(msg)
-            except NoMatches:  # the app is shutting down: the screen's widgets are already gone
-                return
-        if isinstance(ev, Notice):
-            self.notify(
-                ev.message,
-                severity={"warning": "warning", "error": "error"}.get(ev.level, "information"),
-            )
-        elif isinstance(ev, RunFinished):
-            self.notify(
-                f"run finished: exit {ev.exit_code} · audit head seq {ev.audit_seq} {ev.audit_head[:16]}…",
-                severity="information" if ev.exit_code == EXIT_OK else "warning",
-                timeout=8,
-            )
-        elif isinstance(ev, ConnectionChanged) and ev.state == "failed" and ev.message:
-            self.offer_trust(ev.host, ev.message)
+    @on(msg.NoticeArrived)
+    def _notice(self, m: msg.NoticeArrived) -> None:
+        ev = m.event
+        self.notify(
+            ev.message,
+            severity={"warning": "warning", "error": "error"}.get(ev.level, "information"),
+        )
+
+    @on(msg.RunFinished)
+    def _run_finished(self, m: msg.RunFinished) -> None:
+        ev = m.event
+        self.notify(
+            f"run finished: exit {ev.exit_code} · audit head seq {ev.audit_seq} {ev.audit_head[:16]}…",
+            severity="information" if ev.exit_code == EXIT_OK else "warning",
+            timeout=8,
+        )
+
+    @on(msg.ConnectionChanged)
+    def _connection(self, m: msg.ConnectionChanged) -> None:
+        ev = m.event
+        if ev.state == "failed" and ev.message:
+            if ev.refused_key is not None:  # fields, not the message, say what is offered
+                self.trust.offer_trust(ev.host, ev.refused_key, ev.message)
+        elif line := self.reachability.update(ev.host, ev.state, ev.attempt, ev.message):
+            self.notify(line, severity="error", timeout=30)
+
+    def record(self, sid: str) -> StepRecord | None:
+        state = self.engine.state
+        return state.steps.get(sid) if state is not None else None
+
+    def set_mode(self, mode: str) -> None:
+        """The header's note (run-all, follow off)."""
+        self.main.set_mode(mode)
 
     def guard_results(self, sid: str) -> list[dict[str, Any]]:
         by_phase = self.guards.get(sid, {})
@@ -221,7 +238,8 @@ class CockpitApp(EngineActions, HostTrust, App[int]):
         self.main.select(first)
         if self.reattach:
             for sid in running:  # the engine follows the job from its saved cursor
-                self.drive_step(sid)
+                self.actions.drive_step(sid)
+            self.actions.continue_intent()  # a run-all the last cockpit did not finish goes on
         if self.connect:
             await self.engine.session(self.engine.default_host)  # stats + connection state now
 
@@ -256,24 +274,29 @@ class CockpitApp(EngineActions, HostTrust, App[int]):
             return
         err = w.error
         if isinstance(err, TransportError):
-            found = unknown_host_key(err)
-            if found is not None:
+            found = err.host_key
+            if found is not None and found.kind == "unknown":
                 sid = w.name.split(":", 1)[1] if w.name.startswith("step:") else None
                 host = (
                     self.engine.host_of(self.engine.rb.step(sid))
                     if sid
                     else self.engine.default_host
                 )
-                self.offer_trust(host, err)
+                self.trust.offer_trust(host, found, str(err))
                 return
             self.notify(f"{w.name}: {err}", severity="error", timeout=10)
             return
         if w.name == "open":
-            known = (RunLocked, DriverLocked, AuditBreak, StateWriteError)
+            if isinstance(err, (RunLocked, DriverLocked)):
+                # Another driver holds the run: nothing to show here; the one line naming the
+                # holder is printed after exit (run_app), with the documented exit code 4.
+                self.refusal = str(err)
+                self.exit(EXIT_LOCKED)
+                return
+            known = (AuditBreak, StateWriteError)
             why = str(err) if isinstance(err, known) else "".join(traceback.format_exception(err))
-            code = EXIT_LOCKED if isinstance(err, (RunLocked, DriverLocked)) else 2
             self.refusal = str(err) if isinstance(err, known) else None  # printed after exit
-            self.push_screen(ErrorScreen("Cannot open the run", why), lambda _: self.exit(code))
+            self.push_screen(ErrorScreen("Cannot open the run", why), lambda _: self.exit(2))
             return
         if isinstance(err, OPERATOR_ERRORS):
             self.notify(f"{w.name}: {err}", severity="warning", timeout=6)
@@ -296,8 +319,15 @@ class CockpitApp(EngineActions, HostTrust, App[int]):
         def answered(yes: bool | None) -> None:
             if yes:
                 self._start_quit(live_work(self.engine))
+            else:
+                self.next_run = None  # staying on this run
 
         self.push_screen(AskScreen(title, body, yes="Quit and kill", no="Keep running"), answered)
+
+    def switch_run(self, run_id: str) -> None:
+        """Open another run: quit this one as `q` does (asking first), then run_app opens it."""
+        self.next_run = run_id
+        self.request_quit()
 
     def _start_quit(self, work: LiveWork) -> None:
         if not self.closing:

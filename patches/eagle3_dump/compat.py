@@ -5,6 +5,9 @@
   (AuxHiddenStatePacker); 0.5.14's returns the list its layers appended, K tensors [T, H] in
   ascending layer order, which its logits processor concatenates on the last dim. `packed_aux`
   does the same concatenation, so both releases dump the same layout.
+- forward modes: a plain prefill is EXTEND; both releases fold TARGET_VERIFY, MIXED and
+  SPLIT_PREFILL into `is_extend()`, 0.5.14 and 0.5.23 add DLLM_EXTEND / DRAFT_EXTEND_V2, which
+  an older or newer release may lack (then they cannot occur).
 - the writer rank: `runtime_context.get_parallel()` exists in both; 0.5.23 also knows the DP
   replica (`dp_rank`), 0.5.14 does not. The lookup fails closed: a field it cannot read is a
   DumpConfigError, never a guess of rank 0 (two ranks writing as 0 would mix their rows).
@@ -31,6 +34,19 @@ def packed_aux(aux: Any) -> Any:
         shapes = [tuple(t.shape) if torch.is_tensor(t) else type(t).__name__ for t in aux]
         raise DumpConfigError(f"aux hidden states are a list of {shapes}; expected K x [T, H]")
     return torch.cat(list(aux), dim=-1)
+
+
+def plain_extend(mode: Any) -> bool:
+    """The target's own prefill: not a verify, mixed, idle, split or draft forward."""
+    if not mode.is_extend():
+        return False
+    if mode.is_target_verify() or mode.is_mixed() or mode.is_idle():
+        return False
+    for name in ("is_split_prefill", "is_dllm_extend", "is_draft_extend_v2"):
+        check = getattr(mode, name, None)
+        if check is not None and check():
+            return False
+    return True
 
 
 def _parallel() -> Any:

@@ -140,18 +140,6 @@ def _rank_tag(model) -> int | None:
     return _rank
 
 
-def _plain_extend(mode) -> bool:
-    if not mode.is_extend():
-        return False
-    if mode.is_target_verify() or mode.is_mixed() or mode.is_idle():
-        return False
-    for name in ("is_split_prefill", "is_dllm_extend", "is_draft_extend_v2"):
-        check = getattr(mode, name, None)
-        if check is not None and check():
-            return False
-    return True
-
-
 def _capturing() -> bool:
     import torch
 
@@ -163,7 +151,7 @@ def _capturing() -> bool:
 
 def dump(model, forward_batch, hidden_states, aux_hidden_states) -> None:
     """Entry point from the patched forward (see the module docstring)."""
-    if not _plain_extend(forward_batch.forward_mode) or _capturing():
+    if not compat.plain_extend(forward_batch.forward_mode) or _capturing():
         return
     rids = getattr(forward_batch, "rids", None)
     if not rids:
@@ -222,7 +210,8 @@ def validate(model, hidden_states, aux, settings: Settings) -> tuple[int, int, l
     if not getattr(model, "capture_aux_hidden_states", False) or aux is None:
         raise DumpConfigError(
             "EAGLE3_DUMP_DIR is set but aux hidden-state capture is off: start SGLang with "
-            "--enable-return-aux-hidden-states --speculative-algorithm EAGLE3"
+            "--enable-return-aux-hidden-states --speculative-algorithm EAGLE3 (0.5.23), or with "
+            "an EAGLE3 drafter (0.5.14: `eagle3 sglang-launch extract --draft-model DIR`)"
         )
     config = model.config
     hidden, layers = int(config.hidden_size), int(config.num_hidden_layers)
@@ -232,7 +221,8 @@ def validate(model, hidden_states, aux, settings: Settings) -> tuple[int, int, l
         raise DumpConfigError(
             f"the model captures layers {ids} but {expected} are expected "
             "(EAGLE3_DUMP_LAYER_IDS, default [2, L//2, L-3]); check "
-            "--return-aux-hidden-state-layer-ids (SGLang adds 1 to every id when the first is 1)"
+            "--return-aux-hidden-state-layer-ids, or on 0.5.14 the drafter's eagle_config "
+            "(SGLang adds 1 to every id when the first is 1)"
         )
     if len(set(ids)) != len(ids) or not all(0 < i < layers for i in ids):
         raise DumpConfigError(f"capture layers {ids} must be distinct and inside (0, {layers})")

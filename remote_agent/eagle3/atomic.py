@@ -1,70 +1,27 @@
-"""Write-then-rename outputs: a reader sees the old file or the complete new one, never a part."""
+"""The payload's write-then-rename outputs (one home: remote_agent/atomic_write.py) and HashingSink."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from types import TracebackType
 from typing import BinaryIO
 
+from remote_agent.atomic_write import AtomicWriter, atomic_path, fsync_dir, temp_path, write_atomic
 
-def temp_name(path: Path) -> Path:
-    """Hidden sibling in the same directory, so os.replace is atomic (same filesystem)."""
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+__all__ = [
+    "AtomicWriter",
+    "HashingSink",
+    "atomic_path",
+    "fsync_dir",
+    "temp_name",
+    "write_atomic",
+    "write_bytes_atomic",
+]
 
-
-def fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-class AtomicWriter:
-    """`with AtomicWriter(path) as f: f.write(b"...")` -> fsync + rename on success, unlink on error."""
-
-    def __init__(self, path: Path, buffering: int = 1 << 20) -> None:
-        self.path = Path(path)
-        self.tmp = temp_name(self.path)
-        self.buffering = buffering
-        self.file: BinaryIO | None = None
-
-    def __enter__(self) -> BinaryIO:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.file = open(self.tmp, "wb", buffering=self.buffering)
-        return self.file
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        assert self.file is not None
-        if exc_type is None:
-            try:
-                self.file.flush()
-                os.fsync(self.file.fileno())
-                self.file.close()
-                os.replace(self.tmp, self.path)
-                fsync_dir(self.path.parent)
-                return
-            except BaseException:
-                self.tmp.unlink(missing_ok=True)
-                raise
-        self.file.close()
-        self.tmp.unlink(missing_ok=True)
+temp_name = temp_path  # the names the payload (and drafter/train.py) already call
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
-    with AtomicWriter(path) as f:
-        f.write(data)
+    write_atomic(path, data)
 
 
 class HashingSink:

@@ -530,13 +530,21 @@ def write_error_marker(root: Path, sample_id: str, reason: str, **fields: Any) -
     return path
 
 
+def _parts_of(root: Path) -> list[Path]:
+    """A sharded extraction's shard dumps (extraction/sharding.py); [] where this module runs as
+    SGLang's dump helper (sglang/srt/eagle3_dump/, no remote_agent there: it writes one dump)."""
+    try:
+        from remote_agent.eagle3.extraction.sharding import parts_of
+    except ImportError:
+        return []
+    return parts_of(root)
+
+
 def read_error_markers(root: Path) -> dict[str, dict[str, Any]]:
     """sample id -> marker record, for every complete marker under root/errors (under each
     shard's errors/ for a sharded extraction's root)."""
-    from remote_agent.eagle3.extraction.sharding import parts_of
-
     out: dict[str, dict[str, Any]] = {}
-    paths = (p for part in parts_of(root) or [Path(root)] for p in (part / ERRORS_DIR).glob("*"))
+    paths = (p for part in _parts_of(root) or [Path(root)] for p in (part / ERRORS_DIR).glob("*"))
     for path in sorted(p for p in paths if p.name.endswith(".error.json")):
         try:
             record = json.loads(path.read_text())
@@ -565,11 +573,9 @@ class DumpReader:
     `refresh()` picks up shards published since the last scan (shards are immutable)."""
 
     def __init__(self, root: Path) -> None:
-        from remote_agent.eagle3.extraction.sharding import parts_of
-
         self.root = Path(root)
         # a sharded extraction's root: the union of its shard dumps (extraction/sharding.py)
-        self.parts = [p for p in parts_of(self.root) if (p / "meta.json").exists()] or [self.root]
+        self.parts = [p for p in _parts_of(self.root) if (p / "meta.json").exists()] or [self.root]
         self.meta = DumpMeta.load(self.parts[0])
         if self.meta.format != FORMAT:
             raise DumpFormatError(

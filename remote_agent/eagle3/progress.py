@@ -1,26 +1,21 @@
-"""Machine-readable progress and metric lines that the runbook engine and the TUI parse.
+"""The payload's progress and metric records: `emit` and the rate-limited `Progress` reporter.
 
-Every line is `@@eagle3 ` followed by one JSON object with a `kind` key, written to stderr so
-stdout stays free for results. Kinds:
-
-- `progress`: stage, done, total (or null), unit, rate (units/s), eta_s (or null)
-- `metrics`: training metrics (step, loss, acc, sim_accept_len, ...)
-- `result`: the command's final summary (one per command)
-
-Humans read the same log, so each machine line is short and the surrounding prose stays.
+The line format (`@@eagle3 {json}`, its kinds) is the agent core's contract,
+remote_agent/progress.py, which the engine and the TUI parse too.
 A person running a command in a terminal (the stream is a TTY) sees a progress bar, readable
 metrics and a summary instead (terminal.py); `EAGLE3_PROGRESS=json` keeps the machine lines.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 from typing import Any, TextIO
 
-PREFIX = "@@eagle3 "
+from remote_agent.progress import PREFIX, format_record, parse
+
+__all__ = ["PREFIX", "Progress", "emit", "for_a_person", "parse"]
 
 
 def emit(kind: str, stream: TextIO | None = None, **fields: Any) -> None:
@@ -31,7 +26,7 @@ def emit(kind: str, stream: TextIO | None = None, **fields: Any) -> None:
 
         show(out, record)
         return
-    out.write(PREFIX + json.dumps(record, separators=(",", ":"), default=str) + "\n")
+    out.write(format_record(record) + "\n")
     out.flush()
 
 
@@ -43,17 +38,6 @@ def for_a_person(stream: TextIO) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):  # closed or not a real file
         return False
-
-
-def parse(line: str) -> dict[str, Any] | None:
-    """The record carried by a log line, or None for ordinary text (never raises)."""
-    if not line.startswith(PREFIX):
-        return None
-    try:
-        record = json.loads(line[len(PREFIX) :])
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) and isinstance(record.get("kind"), str) else None
 
 
 class Progress:

@@ -54,8 +54,8 @@ def check_extract_supported(version: str | None, draft: Path | None = None) -> N
         raise BadInput(
             f"sglang {version} has no {' / '.join(CAPTURE_ONLY_FLAGS)}: it captures aux hidden "
             "states only with an EAGLE3 drafter loaded; pass --draft-model DIR (any drafter "
-            "exported for this target, e.g. `eagle3 train --max-steps 1` on a few reference "
-            "dumps then `eagle3 export`), or use sglang 0.5.23"
+            "exported for this target; an untrained one: `eagle3 export --init --config C "
+            "--target MODEL --vocab V --out DIR`), or use sglang 0.5.23"
         )
     if not (Path(draft) / "config.json").is_file():
         raise BadInput(f"--draft-model {draft}: no config.json (an `eagle3 export` directory)")

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from remote_agent.atomic_write import atomic_path
 from remote_agent.eagle3.progress import Progress, emit
 
 
@@ -111,9 +112,9 @@ def regenerate(
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).to(device).eval()
     torch.manual_seed(seed)
     progress = Progress("regenerate", len(prompts), "samples")
-    tmp = out.with_name(out.name + ".tmp")
     n_tokens = 0
-    with open(tmp, "w") as f, torch.no_grad():
+    # the file closes before atomic_path fsyncs and renames it (with-items exit in reverse)
+    with atomic_path(out) as tmp, open(tmp, "w") as f, torch.no_grad():
         for i in range(0, len(prompts), batch):
             chunk = prompts[i : i + batch]
             texts = [
@@ -146,7 +147,6 @@ def regenerate(
                     + "\n"
                 )
             progress.advance(len(chunk))
-    tmp.replace(out)
     progress.finish()
     emit("result", stage="regenerate", samples=len(prompts), tokens=n_tokens)
     return {"samples": len(prompts), "tokens": n_tokens}

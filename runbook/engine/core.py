@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runbook import audit_seal, box_claim
 from runbook.agent_client import HostSession
@@ -27,10 +27,44 @@ from runbook.events import (
 from runbook.loader import LoadedRunbook
 from runbook.schema import Step
 from runbook.state import RunState, RunStore, StepRecord, list_runs, rechoose_run_id
+from runbook.transports import HostKeyRefusal
+
+if TYPE_CHECKING:
+    from runbook.agent_client import AgentError
+    from runbook.engine.launchguards import GuardsChanged
+    from runbook.schema import StepSucceeded
 
 
 class EngineCore:
     """Events, persisted state, the audit, host sessions; the other parts build on it."""
+
+    if TYPE_CHECKING:  # what the mixins (runbook/engine/*.py) provide one another, for pyright
+
+        async def evaluate(
+            self, step: Step, checks: list, phase: str, notes: list[dict[str, Any]] | None = None
+        ) -> list[dict[str, Any]]: ...
+        def pre_checks(self, step: Step) -> list[Any]: ...
+        def _step_succeeded(self, check: StepSucceeded) -> dict[str, Any]: ...
+        async def _confirm(self, step: Step, pre: list[dict[str, Any]]) -> bool: ...
+        async def _serve(self, step: Step, rec: StepRecord, reattach: bool) -> str: ...
+        async def _stop_service(self, step: Step, rec: StepRecord) -> str: ...
+        async def _finish_ok_or_post(
+            self, step: Step, rec: StepRecord, *a: Any, **k: Any
+        ) -> str: ...
+        def launch_guards(self, step: Step, rec: StepRecord) -> list[dict[str, Any]] | None: ...
+        def refused_at_launch(self, exc: AgentError) -> GuardsChanged | None: ...
+        def record_launch_guards(
+            self, step: Step, rec: StepRecord, results: list[dict]
+        ) -> None: ...
+        def block_changed(self, step: Step, rec: StepRecord, exc: GuardsChanged) -> str: ...
+        async def _follow(self, step: Step, rec: StepRecord, host: str) -> dict[str, Any]: ...
+        async def _ensure_started(
+            self, step: Step, rec: StepRecord, host: str, reattach: bool
+        ) -> None: ...
+        def _unreachable(self, step: Step, rec: StepRecord, host: str, exc: Exception) -> str: ...
+        async def _stats_loop(self, host: str) -> None: ...
+        async def _attempt(self, step: Step, rec: StepRecord) -> str: ...
+        async def revive_services(self, step: Step, rec: StepRecord) -> str | None: ...
 
     def __init__(
         self,
@@ -63,6 +97,7 @@ class EngineCore:
         self.state: RunState | None = None
         self.audit: AuditLog | None = None
         self._confirmed: set[str] = set()
+        self._intent_taken_up = False  # the saved run-all intent, resumed once per driver
         self._verified: set[str] = set()  # artifacts guards vouched for in this run
         self._last_save = 0.0
         self._stats_tasks: list[asyncio.Task] = []
@@ -201,11 +236,23 @@ class EngineCore:
                 if getattr(state, k)
                 != (self.loaded.sha256 if k == "runbook_sha256" else self.loaded.vars)
             ]
+            var_changes = {
+                k: [state.vars.get(k), self.loaded.vars.get(k)]
+                for k in sorted(set(state.vars) | set(self.loaded.vars))
+                if state.vars.get(k) != self.loaded.vars.get(k)
+            }
             if changed:
+                what = [f"{k}: {_shown(a)} -> {_shown(b)}" for k, (a, b) in var_changes.items()]
+                if "runbook_sha256" in changed:
+                    what.insert(
+                        0,
+                        f"runbook file: sha256 {state.runbook_sha256[:12]}… -> "
+                        f"{self.loaded.sha256[:12]}…",
+                    )
                 self.emit(
                     Notice(
                         "warning",
-                        f"resuming run {run_id} with a changed {' and '.join(changed)}; "
+                        f"resuming run {run_id} with changes: {'; '.join(what)}; "
                         "succeeded steps are not re-run",
                     )
                 )
@@ -214,7 +261,7 @@ class EngineCore:
                 self.loaded.vars,
                 False,
             )
-            self.audit.append("run.resumed", changed=changed, **info)
+            self.audit.append("run.resumed", changed=changed, var_changes=var_changes, **info)
         else:
             self.audit.append("run.started", **info)
         self._save()
@@ -232,11 +279,16 @@ class EngineCore:
     async def session(self, host: str) -> HostSession:
         if host not in self.sessions:
 
-            def on_status(state: str, attempt: int, message: str | None, host: str = host) -> None:
+            def on_status(
+                state: str,
+                attempt: int,
+                message: str | None,
+                refused: HostKeyRefusal | None,
+                host: str = host,
+            ) -> None:
                 ep = self.sessions[host].endpoint if host in self.sessions else None
-                self.emit(
-                    ConnectionChanged(host, state, attempt, message, ep.host_key if ep else None)
-                )
+                key = ep.host_key if ep else None
+                self.emit(ConnectionChanged(host, state, attempt, message, key, refused))
 
             config = self.rb.hosts.get(host)
             transport = self.transports(host) if config is None else self.transports(host, config)
@@ -262,3 +314,7 @@ class EngineCore:
                     self._save()
             finally:
                 self.store.unlock()
+
+
+def _shown(value: str | None) -> str:
+    return "(unset)" if value is None else repr(value)

@@ -27,22 +27,60 @@ from runbook.events import (
 )
 from runbook.job_fate import ADVICE, FateUnknown, check_found, check_missing
 from runbook.schema import Step
-from runbook.state import StepRecord
+from runbook.state import RunAllIntent, StepRecord
 from runbook.transports import TransportError
 
 
 class RunnerMixin(EngineCore):
     """Drives steps to an end state; launches each job once."""
 
-    async def run_all(self, start: str | None = None, only: str | None = None) -> int:
-        """Run the selected steps in order; stop at the first that does not end done."""
+    async def run_all(
+        self, start: str | None = None, only: str | None = None, by: str = "auto"
+    ) -> int:
+        """Run the selected steps in order; stop at the first that does not end done.
+
+        The request is saved as the run's intent first (state + audit) and cleared when it
+        ends; a driver killed in between leaves it for the next one. Without start/only a
+        saved intent says where to go on. Clearing it (`clear_intent`) stops after the
+        running step, which is never killed for it."""
         assert self.state
+        saved = self.state.intent
+        if start is None and only is None and saved is not None:
+            start, only = saved.start, saved.only
+        self.set_intent(start, only, by)
         for sid in plan.select(self.rb, start, only):
+            if self.state.intent is None:  # the operator stopped run-all: the run stays open
+                return EXIT_BLOCKED
             status = await self.run_step(sid)
             await box_claim.push_head(self)
             if status not in DONE:
+                self.clear_intent(f"{sid} ended {status}")
                 return self.finish(EXIT_BLOCKED if status in (BLOCKED, PENDING) else EXIT_FAILED)
+        self.clear_intent("every step done")
         return self.finish(EXIT_OK)
+
+    def set_intent(self, start: str | None, only: str | None, by: str) -> None:
+        assert self.state and self.audit
+        old = self.state.intent
+        if old is not None and (old.start, old.only) == (start, only):
+            if not self._intent_taken_up:  # once per driver process
+                self._intent_taken_up = True
+                self.audit.append("run.intent_resumed", start=start, only=only, by=by)
+        else:
+            self._intent_taken_up = True
+            self.state.intent = RunAllIntent(start=start, only=only, since=time.time(), by=by)
+            self.audit.append("run.intent_set", start=start, only=only, by=by)
+        self._save()
+
+    def clear_intent(self, why: str) -> bool:
+        """Forget the run-all intent (audited); False when there was none."""
+        assert self.state and self.audit
+        if self.state.intent is None:
+            return False
+        old, self.state.intent = self.state.intent, None
+        self.audit.append("run.intent_cleared", start=old.start, only=old.only, why=why)
+        self._save()
+        return True
 
     def finish(self, code: int) -> int:
         assert self.state and self.audit

@@ -3,16 +3,51 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
-from typing import Protocol
+import re
+from dataclasses import dataclass, replace
+from typing import Literal, Protocol
+
+FINGERPRINT_RE = re.compile(r"SHA256:[A-Za-z0-9+/]{43}=?")  # as `ssh-keygen -l` prints it
+
+
+@dataclass(frozen=True)
+class HostKeyRefusal:
+    """A refused host key as fields, so a UI never parses the message (issue 19).
+
+    `unknown`: no known_hosts entry; the operator may trust `fingerprint`. `changed`: known_hosts
+    holds other keys (`known`); never offered for trust."""
+
+    kind: Literal["unknown", "changed"]
+    host: str  # as known_hosts names it: `host` or `[host]:port`
+    fingerprint: str  # the key the server presented
+    key_type: str  # its algorithm, e.g. "ssh-ed25519"
+    known: tuple[str, ...] = ()  # fingerprints known_hosts has for the host (changed only)
 
 
 class TransportError(Exception):
     """Could not reach the agent. `permanent` errors (auth, host key, config) are never retried."""
 
+    host_key: HostKeyRefusal | None = None  # set by the host-key refusals
+
     def __init__(self, message: str, permanent: bool = False) -> None:
         super().__init__(message)
         self.permanent = permanent
+
+
+@dataclass(frozen=True)
+class TransportOptions:
+    """What the CLI tells the transports, built once from its flags. A UI that trusts a key
+    makes a new one (`trusting`); nothing mutates it."""
+
+    known_hosts: str | None = None
+    ssh_config: str | None = None
+    trust_host: tuple[str, ...] = ()
+    python: str | None = None  # `--python`: the box's python for a host not in `hosts:`
+
+    def trusting(self, fingerprint: str) -> TransportOptions:
+        if fingerprint in self.trust_host:
+            return self
+        return replace(self, trust_host=(*self.trust_host, fingerprint))
 
 
 @dataclass(frozen=True)

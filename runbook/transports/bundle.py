@@ -20,6 +20,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from remote_agent.atomic_write import TEMP_MARK, write_atomic
+
 REPO = Path(__file__).resolve().parents[2]
 # what `zipapp.create_archive(main="remote_agent.__main__:entry")` writes
 MAIN = "# -*- coding: utf-8 -*-\nimport remote_agent.__main__\nremote_agent.__main__.entry()\n"
@@ -50,7 +52,7 @@ def source_files(root: Path = REPO) -> list[tuple[str, Path]]:
         for dirpath, dirnames, filenames in os.walk(top):
             dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
             for fn in filenames:
-                if fn.endswith(SKIP_SUFFIXES):
+                if fn.endswith(SKIP_SUFFIXES) or TEMP_MARK in fn:  # nor a write in progress
                     continue
                 p = Path(dirpath) / fn
                 found.append((p.relative_to(root).as_posix(), p))
@@ -79,7 +81,5 @@ def build(cache_dir: Path, root: Path = REPO) -> Bundle:
     cache_dir.mkdir(parents=True, exist_ok=True)
     path = cache_dir / f"agent-{digest}.pyz"
     if not path.exists() or path.stat().st_size != len(data):
-        tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        write_atomic(path, data)
     return Bundle(path, digest, len(data))

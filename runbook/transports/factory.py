@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runbook.transports import Transport, TransportError
+from runbook.transports import Transport, TransportError, TransportOptions
 from runbook.transports.local import LocalTransport
 
 
@@ -16,20 +16,29 @@ def local_spool(state_dir: Path) -> Path:  # noqa: ARG001
     return Path(os.environ.get("EAGLE_TUI_SPOOL") or Path.home() / ".eagle-tui" / "spool")
 
 
-def make_transport_factory(state_dir: Path, options: Any = None) -> Callable[..., Transport]:
+@dataclass(frozen=True)
+class HostTransports:
     """`factory(host, config=None)`: `config` is the runbook's HostConfig when `host` names an
-    entry of its `hosts:` (ssh target, python, spool); else `host` is the ssh target itself."""
+    entry of its `hosts:` (ssh target, python, spool); else `host` is the ssh target itself.
+    Frozen like its options: a UI that trusts a key swaps in `dataclasses.replace(f, options=..)`."""
 
-    def factory(host: str, config: Any = None) -> Transport:
+    state_dir: Path
+    options: TransportOptions = field(default_factory=TransportOptions)
+
+    def __call__(self, host: str, config: Any = None) -> Transport:
         if config is None and host in ("local", "localhost-agent"):
-            state_dir.mkdir(parents=True, exist_ok=True)
+            self.state_dir.mkdir(parents=True, exist_ok=True)
             return LocalTransport(
-                local_spool(state_dir), agent_log=Path(state_dir) / "agent-local.log"
+                local_spool(self.state_dir), agent_log=Path(self.state_dir) / "agent-local.log"
             )
         try:
             from runbook.transports.ssh import SshTransport
         except ImportError as exc:
             raise TransportError(f"ssh transport unavailable: {exc}", permanent=True) from exc
-        return SshTransport.from_options(host, state_dir, options, config)
+        return SshTransport.from_options(host, self.state_dir, self.options, config)
 
-    return factory
+
+def make_transport_factory(
+    state_dir: Path, options: TransportOptions | None = None
+) -> HostTransports:
+    return HostTransports(Path(state_dir), options or TransportOptions())

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import asyncssh
 
-from runbook.transports import TransportError
+from runbook.transports import HostKeyRefusal, TransportError
 
 DEFAULT_PORT = 22
 
@@ -35,10 +35,20 @@ class HostKeyUnknown(TransportError):
     the CLI says which flag to add). Permanent: retrying cannot change the answer."""
 
     def __init__(
-        self, target: str, host: str, port: int, fingerprint: str, known_hosts: Path, hint: str = ""
+        self,
+        target: str,
+        host: str,
+        port: int,
+        fingerprint: str,
+        known_hosts: Path,
+        hint: str = "",
+        key_type: str = "",
     ) -> None:
         self.target, self.host, self.port = target, host, port
         self.fingerprint, self.known_hosts = fingerprint, known_hosts
+        self.host_key = HostKeyRefusal(
+            "unknown", known_hosts_name(host, port), fingerprint, key_type
+        )
         super().__init__(
             f"{target}: unknown host key for {known_hosts_name(host, port)} (not in "
             f"{known_hosts}); the server presented {fingerprint}.{hint} If that is the box's key "
@@ -52,11 +62,19 @@ class HostKeyChanged(TransportError):
     """known_hosts has other keys for this host: always refused, with both fingerprints."""
 
     def __init__(
-        self, target: str, host: str, port: int, known: list[str], presented: str, known_hosts: Path
+        self,
+        target: str,
+        host: str,
+        port: int,
+        known: list[str],
+        presented: str,
+        known_hosts: Path,
+        key_type: str = "",
     ) -> None:
         self.target, self.host, self.port = target, host, port
         self.known, self.presented, self.known_hosts = known, presented, known_hosts
         name = known_hosts_name(host, port)
+        self.host_key = HostKeyRefusal("changed", name, presented, key_type, tuple(known))
         super().__init__(
             f"{target}: HOST KEY CHANGED for {name}: known_hosts ({known_hosts}) has "
             f"{', '.join(known)}, the server presented {presented}. Someone may be intercepting "
@@ -127,16 +145,19 @@ class VerifyingClient(asyncssh.SSHClient):
         port = port or DEFAULT_PORT
         known = [fingerprint(k) for k in self.known_hosts.keys_for(host, addr, port)]
         if known:
-            self.refusal = HostKeyChanged(self.target, host, port, known, fp, self.known_hosts.path)
+            self.refusal = HostKeyChanged(
+                self.target, host, port, known, fp, self.known_hosts.path, key.get_algorithm()
+            )
             return False
         trusted = set(self.trusted())
         if fp in trusted:
             self.known_hosts.add(host, port, key)
             self.recorded = fp
             return True
-        # Name no other fingerprint: a UI offers "the" one in this message for trust.
         hint = " No --trust-host fingerprint given matches it." if trusted else ""
-        self.refusal = HostKeyUnknown(self.target, host, port, fp, self.known_hosts.path, hint)
+        self.refusal = HostKeyUnknown(
+            self.target, host, port, fp, self.known_hosts.path, hint, key.get_algorithm()
+        )
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -98,7 +98,7 @@ class LocalTransport:
                 f"cannot start the local agent with {self.python}: {exc}", permanent=True
             ) from exc
         finally:
-            if self.agent_log:
+            if not isinstance(stderr, int):  # our log file, not DEVNULL
                 stderr.close()
         self.processes.append(proc)
         return _ProcessChannel(proc)

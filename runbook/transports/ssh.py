@@ -32,7 +32,7 @@ from typing import Any
 
 import asyncssh
 
-from runbook.transports import Endpoint, TransportError
+from runbook.transports import Endpoint, TransportError, TransportOptions
 from runbook.transports.bundle import Bundle, build
 from runbook.transports.hostkeys import KnownHosts, VerifyingClient, fingerprint
 from runbook.transports.local import STREAM_LIMIT
@@ -150,24 +150,25 @@ class SshTransport:
 
     @classmethod
     def from_options(
-        cls, host: str, state_dir: Path, options: Any = None, config: Any = None
+        cls,
+        host: str,
+        state_dir: Path,
+        options: TransportOptions | None = None,
+        config: Any = None,
     ) -> SshTransport:
         """From the CLI's options (known_hosts, ssh_config, trust_host) and, for a host named in
         the runbook's `hosts:`, its HostConfig (ssh target, python, spool)."""
-        ssh_config = getattr(options, "ssh_config", None)
-
-        def trusted() -> list[str]:  # read late: a UI may add a fingerprint after a refusal
-            return list(getattr(options, "trust_host", None) or [])
-
+        options = options or TransportOptions()
+        trusted = options.trust_host
         return cls(
             host,
             getattr(config, "ssh", None) or host,
             state_dir,
-            known_hosts=getattr(options, "known_hosts", None),
-            ssh_config=[str(ssh_config)] if ssh_config else None,
-            trusted=trusted,
+            known_hosts=Path(options.known_hosts) if options.known_hosts else None,
+            ssh_config=[options.ssh_config] if options.ssh_config else None,
+            trusted=lambda: trusted,
             # a `hosts:` entry's python; else `--python` (for `--host user@box`); else python3
-            python=getattr(config, "python", None) or getattr(options, "python", None) or "python3",
+            python=getattr(config, "python", None) or options.python or "python3",
             spool=getattr(config, "spool", None),
         )
 

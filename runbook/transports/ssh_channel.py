@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncssh
+from asyncssh.constants import EXTENDED_DATA_STDERR
 
 
 class AgentSession(asyncssh.SSHClientSession):
@@ -39,7 +40,7 @@ class AgentSession(asyncssh.SSHClientSession):
         self.reader.set_transport(self)  # type: ignore[arg-type]
 
     def data_received(self, data: bytes, datatype: Any) -> None:
-        if datatype == asyncssh.EXTENDED_DATA_STDERR:
+        if datatype == EXTENDED_DATA_STDERR:
             self.stderr_tail.append(data[-512:])
             if self.stderr_log is not None:
                 try:

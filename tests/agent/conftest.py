@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.jobs import kill_leftover_jobs
+
 from .agent_proc import AgentProc
-from .helpers import kill_leftover_jobs
 
 
 @pytest.fixture

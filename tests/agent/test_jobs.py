@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.procs import alive, procs_where
+from tests.support.waiting import wait_for
+
 from .agent_proc import AgentCallError, AgentProc, data_bytes
-from .helpers import PY, alive, procs_where, wait_for
+from .helpers import PY
 
 CHUNK = 64 * 1024
 

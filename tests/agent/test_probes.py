@@ -184,7 +184,8 @@ def test_command_timeout_kills_its_tree(pagent: AgentProc, tmp_path: Path) -> No
     pidfile = tmp_path / "bg.pid"
     r = probe(pagent, check="command", timeout_s=0.5, shell=f"sleep 60 & echo $! > {pidfile}; wait")
     assert not r["ok"] and r["observed"]["timed_out"] and "timed out" in r["message"]
-    from .helpers import alive, wait_for
+    from tests.support.procs import alive
+    from tests.support.waiting import wait_for
 
     bg = int(pidfile.read_text())
     wait_for(lambda: not alive(bg), 10, "background sleep killed with the probe's group")

@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.procs import alive
+from tests.support.waiting import wait_for
+
 from .agent_proc import AgentCallError, AgentProc, data_bytes
-from .helpers import PY, alive, wait_for
+from .helpers import PY
 
 N_LINES = 400
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from remote_agent.stats import Stats
+from tests.support.waiting import wait_for
 
 from .agent_proc import AgentProc
-from .helpers import wait_for
 
 
 def stats_events(a: AgentProc) -> list[dict]:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from runbook.audit import Head, read_records, verify
-from tests.procutil import run_tree
+from tests.support.paths import REPO
+from tests.support.procs import run_tree
 
-REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "runbooks" / "demo.yaml"
 
 

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 from remote_agent.eagle3 import tiny_data
-from tests.procutil import run_tree
+from tests.support.paths import REPO
+from tests.support.procs import run_tree
 
-REPO = Path(__file__).resolve().parents[2]
 PROD = REPO / "runbooks" / "kimi-k25-eagle3.yaml"
 
 

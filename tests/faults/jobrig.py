@@ -17,12 +17,12 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from remote_agent.procs import is_alive
 from tests.runbook.conftest import Cli
+from tests.support.waiting import wait_for  # noqa: F401  (re-exported: attack files import it here)
 
 JOB = """\
 import os, signal, sys, time
@@ -44,16 +44,6 @@ finish()
 """
 
 LINE_RE = re.compile(r"│ (s\d+ \d{5})\s*$")
-
-
-def wait_for(pred, timeout: float = 30.0, what: str = "condition", interval: float = 0.01):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Rig:

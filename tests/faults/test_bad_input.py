@@ -141,3 +141,58 @@ def test_merge_on_a_full_disk(tmp_path: Path, tiny_disk: Path, tally) -> None:
         )
         tally.trial("ENOSPC during eagle3 merge", held)
         assert held, (trial, run.returncode, run.stderr[-2000:], left)
+
+
+def test_requires_cycles_are_named_and_located(tally) -> None:
+    """A random cycle among random steps: one problem, at the first step of the cycle it names,
+    naming exactly that cycle in requires order (a -> b: a requires b)."""
+    rnd = random.Random(19)
+    for _ in range(20):
+        ids = [f"s{i}" for i in range(rnd.randint(2, 9))]
+        ring = rnd.sample(ids, rnd.randint(2, len(ids)))
+        requires = {sid: set() for sid in ids}
+        for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
+            requires[a].add(b)
+        for i, sid in enumerate(ids):  # acyclic extras: only on steps outside the ring, earlier
+            if sid not in ring and i:
+                requires[sid].add(rnd.choice(ids[:i]))
+        steps = "".join(
+            f"  - id: {sid}\n    title: t\n    run: echo\n    requires: [{', '.join(sorted(requires[sid]))}]\n"
+            for sid in ids
+        )
+        try:
+            load_text(f"name: x\nsteps:\n{steps}", "rb.yaml")
+            found = []
+        except RunbookError as exc:
+            found = [p for p in exc.problems if "cycle" in p]
+        named = found[0].rsplit("cycle: ", 1)[1].split(" -> ") if len(found) == 1 else []
+        loop = named[:-1]
+        start = ids.index(named[0]) if named else -1
+        held = (
+            len(found) == 1
+            and named[0] == named[-1]
+            and sorted(loop) == sorted(ring)
+            and all(b in requires[a] for a, b in zip(named, named[1:], strict=False))
+            and found[0].startswith(f"rb.yaml:{6 + 4 * start}:15: steps[{start}].requires:")
+        )
+        assert tally.trial("requires cycle named and located", held), (found, ring)
+
+
+LAX_SIZES = ["5kb!", "1GiB of it", "٣GiB", "1e3", "5.", "-1GiB", "0x10", "1,5GiB", "GiB", "1 G i B"]
+
+
+@pytest.mark.parametrize("size", LAX_SIZES)
+def test_lax_size_strings_refused_and_located(size: str, tally) -> None:
+    """ByteSize alone reads some of these (junk after the unit, any Unicode digit): never us."""
+    text = f"name: x\nsteps:\n  - id: a\n    title: t\n    run: echo\n    preconditions:\n      - check: disk_free\n        path: /\n        min: '{size}'\n"
+    try:
+        load_text(text, "rb.yaml")
+        problems: list[str] = []
+    except RunbookError as exc:
+        problems = list(exc.problems)
+    held = (
+        len(problems) == 1
+        and problems[0].startswith("rb.yaml:9:")
+        and f"cannot read size {size!r}" in problems[0]
+    )
+    assert tally.trial("lax size string refused, located", held), problems

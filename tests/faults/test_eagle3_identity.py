@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import REPO
+
 torch = pytest.importorskip("torch")
 
-REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "eagle3" / "extraction"))
 
 from eagle3_standins import FakeSGLang, load_hook_package, write_dataset  # noqa: E402

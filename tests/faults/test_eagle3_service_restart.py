@@ -20,8 +20,7 @@ from pathlib import Path
 
 from runbook.loader import load_text
 from tests.runbook.conftest import Cli
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
 
 SERVER = """\
 import http.server, os, sys

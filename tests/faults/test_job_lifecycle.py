@@ -13,7 +13,8 @@ import threading
 import time
 from pathlib import Path
 
-from tests.faults.jobrig import Rig, wait_for
+from tests.faults.jobrig import Rig
+from tests.support.waiting import wait_for
 
 TRIALS = 20
 

@@ -190,7 +190,7 @@ def test_second_cockpit_on_a_locked_work_exits_4(tmp_path, monkeypatch, tally):
     breaks: list = []
     import asyncio
 
-    from eagle_tui.app.main import build_app
+    from eagle_tui.app.launch import build_app
     from eagle_tui.app.screens.dialogs import ErrorScreen
     from eagle_tui.cli import build_parser
 

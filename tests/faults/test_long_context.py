@@ -8,7 +8,6 @@ import json
 import random
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,8 +18,7 @@ from remote_agent.eagle3.drafter.data import Batch
 from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
 from remote_agent.eagle3.drafter.ttt_attention import doc_ids_from_lengths
 from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep, forward_backward
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
 
 
 def _drafter(arch: str) -> Eagle3Drafter:

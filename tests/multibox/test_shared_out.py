@@ -9,12 +9,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from tests.support.paths import REPO
+
 pytest.importorskip("torch")
-REPO = Path(__file__).resolve().parents[2]
 
 SCRIPT = """\
 import json, os, sys

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from tests.multibox.twobox import TwoBoxes, final_state, max_abs_diff, runbook, train_config
-from tests.ssh.helpers import OutputTail, wait_for
+from tests.ssh.helpers import OutputTail
 from tests.ssh.netns import have_netns
 from tests.ssh.sshd import have_sshd
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.sshd, pytest.mark.netns]
 torch = pytest.importorskip("torch")

@@ -20,7 +20,6 @@ from tests.multibox.lan import Lan
 from tests.ssh.helpers import SshCli, host_block
 from tests.ssh.sshd import Sshd, cmdline, keygen, tagged_pids
 
-REPO = Path(__file__).resolve().parents[2]
 KEEPALIVE = "  ServerAliveInterval 1\n  ServerAliveCountMax 2\n"
 RDZV_PORT = 29511
 

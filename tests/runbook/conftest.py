@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.jobs import kill_leftover_jobs
+from tests.support.paths import REPO
 
 
 class Cli:
@@ -69,12 +70,4 @@ def cli(tmp_path: Path):
     c = Cli(tmp_path)
     yield c
     # leave no job behind (detached jobs outlive the engine by design)
-    jobs = tmp_path / "spool" / "jobs"
-    if jobs.exists():
-        for d in jobs.iterdir():
-            pg = d / "pgid"
-            if pg.exists():
-                try:
-                    os.killpg(int(pg.read_text().split()[0]), 9)
-                except (ProcessLookupError, PermissionError, ValueError):
-                    pass
+    kill_leftover_jobs(tmp_path / "spool")

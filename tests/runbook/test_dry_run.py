@@ -3,9 +3,7 @@ that step, names every blocked step and why, and exits 3 only when something is 
 
 from __future__ import annotations
 
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
 
 
 def test_the_demo_dry_run_on_a_fresh_run_is_pending_not_blocked(cli):

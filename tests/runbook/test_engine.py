@@ -5,21 +5,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 from runbook.audit import verify
-
-
-def wait_for(pred, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
+from tests.support.waiting import wait_for
 
 GUARDED = """\
 name: guarded

@@ -2,9 +2,8 @@
 
 import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
 
 
 def test_runbook_modules_do_not_import_textual():
@@ -41,7 +40,7 @@ def test_agent_core_is_stdlib_only():
         "import sys\n"
         "before = set(sys.modules)\n"
         "import remote_agent.server, remote_agent.jobs, remote_agent.probes, remote_agent.stats\n"
-        "import remote_agent.eagle3.progress\n"
+        "import remote_agent.progress, remote_agent.eagle3.progress, remote_agent.atomic_write\n"
         "third = sorted({m.split('.')[0] for m in set(sys.modules) - before} - set(sys.stdlib_module_names)"
         " - {'remote_agent'})\n"
         "print(','.join(third))\n"

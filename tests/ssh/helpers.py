@@ -11,17 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def wait_for(pred, timeout: float = 30.0, what: str = "condition", interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.support.paths import REPO
 
 
 def host_block(alias: str, hostname: str, port: int, key: Path, extra: str = "") -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -17,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from runbook.engine import Engine, headless_confirmer  # noqa: E402
 from runbook.events import ConnectionChanged, Event, HostStats  # noqa: E402
 from runbook.loader import load_runbook  # noqa: E402
+from runbook.transports import TransportOptions  # noqa: E402
 from runbook.transports.factory import make_transport_factory  # noqa: E402
 
 
@@ -31,7 +31,7 @@ def printer(event: Event) -> None:
 async def main(runbook: str, state: str, known: str, config: str) -> int:
     state_dir = Path(state)
     loaded = load_runbook(runbook, {}, run_id="stats", state_dir=state_dir)
-    opts = types.SimpleNamespace(known_hosts=known, ssh_config=config, trust_host=[])
+    opts = TransportOptions(known_hosts=known, ssh_config=config)
     engine = Engine(
         loaded,
         state_dir,

@@ -16,14 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import REPO
+from tests.support.waiting import wait_for
+
 from .helpers import (
-    REPO,
     OutputTail,
     SshCli,
     check_stream,
     host_block,
     stream_runbook,
-    wait_for,
 )
 from .netns import NetnsPair, have_netns
 from .sshd import Sshd, agent_pids, kill_tagged, ppid

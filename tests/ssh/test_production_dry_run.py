@@ -4,11 +4,10 @@ data) shows as blocked, nothing crashes, and nothing is created."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
+
 PROD = REPO / "runbooks" / "kimi-k25-eagle3.yaml"
 
 pytestmark = pytest.mark.sshd

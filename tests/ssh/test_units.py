@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import shutil
 import subprocess
 import sys
-import types
 import zipfile
 from pathlib import Path
 
@@ -14,7 +14,7 @@ import asyncssh
 import pytest
 
 from runbook.schema import HostConfig
-from runbook.transports import TransportError
+from runbook.transports import HostKeyRefusal, TransportError, TransportOptions
 from runbook.transports.bundle import EPOCH, build, build_bytes
 from runbook.transports.factory import make_transport_factory
 from runbook.transports.hostkeys import (
@@ -26,8 +26,7 @@ from runbook.transports.hostkeys import (
 )
 from runbook.transports.local import LocalTransport
 from runbook.transports.ssh import SshTransport, parse_target, remote_path, sh
-
-from .helpers import REPO
+from tests.support.paths import REPO
 
 
 # ---------------------------------------------------------------------- the zipapp
@@ -144,8 +143,6 @@ def test_known_hosts_entries(tmp_path):
 
 
 def test_verifying_client_decisions(tmp_path):
-    from eagle_tui.app.hostkeys import unknown_host_key
-
     kh = KnownHosts(tmp_path / "known_hosts")
     key = _key()
     fp = fingerprint(key)
@@ -155,7 +152,8 @@ def test_verifying_client_decisions(tmp_path):
     err = client.refusal
     assert isinstance(err, HostKeyUnknown) and err.permanent
     assert (err.host, err.port, err.fingerprint) == ("h", 2222, fp)
-    assert f"--trust-host {fp}" in str(err) and unknown_host_key(str(err)).fingerprint == fp
+    assert f"--trust-host {fp}" in str(err)
+    assert err.host_key == HostKeyRefusal("unknown", "[h]:2222", fp, key.get_algorithm())
 
     trusted.append(fp)
     client = VerifyingClient("gpu", kh, lambda: trusted)
@@ -169,13 +167,15 @@ def test_verifying_client_decisions(tmp_path):
     err = client.refusal
     assert isinstance(err, HostKeyChanged) and err.permanent
     assert fp in str(err) and fingerprint(other) in str(err) and "ssh-keygen -R" in str(err)
-    assert unknown_host_key(str(err)) is None
+    assert err.host_key == HostKeyRefusal(
+        "changed", "[h]:2222", fingerprint(other), other.get_algorithm(), (fp,)
+    )
 
 
 # ---------------------------------------------------------------------- the factory
 def test_factory_resolves_hosts_config(tmp_path):
-    opts = types.SimpleNamespace(
-        known_hosts=str(tmp_path / "kh"), ssh_config=str(tmp_path / "cfg"), trust_host=["SHA256:x"]
+    opts = TransportOptions(
+        known_hosts=str(tmp_path / "kh"), ssh_config=str(tmp_path / "cfg"), trust_host=("SHA256:x",)
     )
     factory = make_transport_factory(tmp_path, opts)
     assert isinstance(factory("local"), LocalTransport)
@@ -191,6 +191,8 @@ def test_factory_resolves_hosts_config(tmp_path):
     assert t.known_hosts.path == tmp_path / "kh" and t.ssh_config == [str(tmp_path / "cfg")]
     raw = factory("root@10.1.2.3")
     assert (raw.target, raw.python, raw.spool) == ("root@10.1.2.3", "python3", None)
-    opts.trust_host = ["SHA256:y"]  # read when connecting: a UI may add one after a refusal
     raw.trust("SHA256:z")
-    assert raw.trusted() == {"SHA256:y", "SHA256:z"}
+    assert raw.trusted() == {"SHA256:x", "SHA256:z"}
+    trusting = dataclasses.replace(factory, options=opts.trusting("SHA256:y"))  # a UI's trust
+    assert trusting("root@10.1.2.3").trusted() == {"SHA256:x", "SHA256:y"}
+    assert opts.trust_host == ("SHA256:x",)  # frozen: the old options are unchanged

@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+from tests.support.jobs import kill_leftover_jobs
+
 from .helpers import RUNBOOKS, Env
 
 os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
@@ -48,15 +50,7 @@ def cockpit_env(env) -> Env:
 def _no_job_left_behind(tmp_path):
     """Detached jobs outlive the app by design: kill any a test left (e.g. a gated one)."""
     yield
-    jobs = tmp_path / "spool" / "jobs"
-    if jobs.exists():
-        for d in jobs.iterdir():
-            pg = d / "pgid"
-            if pg.exists():
-                try:
-                    os.killpg(int(pg.read_text().split()[0]), 9)
-                except (ProcessLookupError, PermissionError, ValueError):
-                    pass
+    kill_leftover_jobs(tmp_path / "spool")
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle_tui.app.app import CockpitApp
-from eagle_tui.app.main import build_app
+from eagle_tui.app.launch import build_app
 from eagle_tui.cli import build_parser
 from runbook.events import Event, StepChanged
 from runbook.loader import parse_overrides

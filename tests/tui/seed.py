@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle_tui.app.app import CockpitApp
-from eagle_tui.app.main import build_app
+from eagle_tui.app.launch import build_app
 from eagle_tui.cli import build_parser
 from runbook.audit import AuditLog
 from runbook.events import ConnectionChanged, HostStats

@@ -9,7 +9,7 @@ from textual.command import CommandPalette
 from eagle_tui.app.screens.dialogs import AskScreen, ErrorScreen
 from eagle_tui.app.screens.main import ACTIONS
 from runbook.events import ConnectionChanged, HostStats
-from runbook.transports import Endpoint, TransportError
+from runbook.transports import Endpoint, HostKeyRefusal, TransportError
 from runbook.transports.local import LocalTransport
 
 from .helpers import SIZE, Events, opened, status, wait_for
@@ -79,18 +79,20 @@ async def test_worker_errors_become_notifications_or_a_modal_never_a_crash(env):
 
 class RefusingTransport:
     """Refuses like the SSH transport does an unknown host, until its fingerprint is trusted
-    through the CLI options (`--trust-host`), which the app edits when the operator agrees."""
+    through the CLI options (`--trust-host`), which the app replaces when the operator agrees."""
 
     def __init__(self, inner: LocalTransport, options) -> None:
         self.inner, self.options = inner, options
         self.endpoint = Endpoint("ssh", "gpu-box", host_key=None)
 
     async def open(self):
-        if FP not in (getattr(self.options, "trust_host", None) or []):
-            raise TransportError(
+        if FP not in self.options.trust_host:
+            err = TransportError(
                 f"gpu-box: unknown host key {FP} (not in known_hosts); to trust it: --trust-host {FP}",
                 permanent=True,
             )
+            err.host_key = HostKeyRefusal("unknown", "gpu-box", FP, "ssh-ed25519")
+            raise err
         self.endpoint = Endpoint("ssh", "gpu-box", host_key=FP)
         return await self.inner.open()
 
@@ -120,7 +122,7 @@ async def test_unknown_host_key_is_asked_about_then_trusted(env):
         await wait_for(
             pilot, lambda: events.of(HostStats), what="stats over the trusted connection"
         )
-        assert app.options.trust_host == [FP]
+        assert app.options.trust_host == (FP,)
         assert app.engine.sessions["gpu-box"] is not old
         connected = [e for e in events.of(ConnectionChanged) if e.state == "connected"]
         assert connected and connected[-1].host_key == FP
@@ -136,7 +138,11 @@ async def test_unknown_host_key_is_asked_about_then_trusted(env):
         await asyncio.sleep(0)
 
 
-async def test_a_run_driven_elsewhere_is_refused_with_a_modal(env):
+async def test_a_run_driven_elsewhere_exits_4_with_one_line(env):
+    """Issue 15: no modal to dismiss (it was a blank screen, then a silent exit): the app exits
+    4 at once and run_app prints the refusal, which names the holder's pid."""
+    import os
+
     from runbook.state import RunStore
 
     app = env.app()
@@ -144,14 +150,10 @@ async def test_a_run_driven_elsewhere_is_refused_with_a_modal(env):
     other.lock()  # another eagle-tui process drives this run
     try:
         async with app.run_test(size=SIZE) as pilot:
-            screen = await wait_for(
-                pilot,
-                lambda: isinstance(app.screen, ErrorScreen) and app.screen,
-                what="the error modal",
-            )
-            assert "another eagle-tui process" in screen.body
-            await pilot.press("escape")
             await wait_for(pilot, lambda: not app.is_running, what="the app to exit")
+            assert not isinstance(app.screen, ErrorScreen)
         assert app.return_value == 4  # locked: the same exit code as a second headless driver
+        assert "another eagle-tui process" in app.refusal
+        assert f"pid {os.getpid()}" in app.refusal
     finally:
         other.unlock()

@@ -8,13 +8,13 @@ import random
 
 import pytest
 
-from eagle_tui.app.hostkeys import unknown_host_key
 from eagle_tui.app.keymap import KeymapError, load_keymap, parse_keymap
 from eagle_tui.app.widgets.logs.feed import LogFeed, read_tail
 from eagle_tui.app.widgets.logs.line_index import LineIndex
 from eagle_tui.app.widgets.progress.metrics import Metrics, StepMetrics, scan_metrics
 from eagle_tui.present.guards import summary as guard_summary
 from eagle_tui.present.values import observed_text
+from runbook.transports import HostKeyRefusal
 
 FP = "SHA256:" + "A" * 43
 
@@ -160,15 +160,6 @@ def test_keymap_files(tmp_path):
     assert load_keymap(ids, [tmp_path / "none.toml"]) == ({}, [])
 
 
-def test_unknown_host_key_messages():
-    found = unknown_host_key(f"gpu-box: unknown host key {FP}; to trust it: --trust-host {FP}")
-    assert found is not None and found.fingerprint == FP
-    assert (
-        unknown_host_key(f"gpu-box: host key changed! expected {FP} got SHA256:{'B' * 43}") is None
-    )
-    assert unknown_host_key("connection refused") is None
-
-
 def test_observed_values_are_readable():
     assert (
         observed_text({"exists": True, "type": "dir", "size": 4096})
@@ -179,13 +170,15 @@ def test_observed_values_are_readable():
     assert str(guard_summary([{"ok": True}, {"ok": False}])) == "✗1/2"
 
 
-def test_the_ssh_transports_refusals_are_recognised(tmp_path):
+def test_the_ssh_transports_refusals_carry_typed_fields(tmp_path):
     hk = pytest.importorskip("runbook.transports.hostkeys")
-    unknown = hk.HostKeyUnknown("box", "10.0.0.2", 2222, FP, tmp_path / "known_hosts")
-    found = unknown_host_key(unknown)
-    assert found is not None and found.fingerprint == FP
-    assert unknown_host_key(str(unknown)).fingerprint == FP  # as carried by ConnectionChanged
-    changed = hk.HostKeyChanged(
-        "box", "10.0.0.2", 2222, [FP], "SHA256:" + "B" * 43, tmp_path / "kh"
+    unknown = hk.HostKeyUnknown(
+        "box", "10.0.0.2", 2222, FP, tmp_path / "known_hosts", key_type="ssh-ed25519"
     )
-    assert unknown_host_key(changed) is None and unknown_host_key(str(changed)) is None
+    assert unknown.host_key == HostKeyRefusal("unknown", "[10.0.0.2]:2222", FP, "ssh-ed25519")
+    changed = hk.HostKeyChanged(
+        "box", "10.0.0.2", 2222, [FP], "SHA256:" + "B" * 43, tmp_path / "kh", "ssh-rsa"
+    )
+    assert changed.host_key == HostKeyRefusal(
+        "changed", "[10.0.0.2]:2222", "SHA256:" + "B" * 43, "ssh-rsa", (FP,)
+    )

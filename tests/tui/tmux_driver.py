@@ -8,8 +8,38 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def cockpit_argv(runbook: Path, tmp_path: Path, *extra: str) -> list[str]:
+    """`eagle-tui run RUNBOOK` on the local box with the test's state dir and work dir."""
+    argv = [sys.executable, "-m", "eagle_tui.cli", "run", str(runbook)]
+    argv += ["--state-dir", str(tmp_path / "state"), "--host", "local"]
+    sets = (
+        f"work={tmp_path / 'work'}",
+        f"python={sys.executable}",
+        f"job={HERE / 'runbooks' / 'train_job.py'}",
+    )
+    for s in sets:
+        argv += ["--set", s]
+    return argv + list(extra)
+
+
+def terminal_env(tmp_path: Path) -> dict[str, str]:
+    """A clean terminal for the app: this test's spool and config, no animations."""
+    return {
+        "TERM": "xterm-256color",
+        "TEXTUAL_ANIMATIONS": "none",
+        "EAGLE_TUI_SPOOL": os.environ["EAGLE_TUI_SPOOL"],
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": os.environ.get("HOME", str(tmp_path)),
+        "PS1": "$ ",
+    }
 
 
 class TmuxDriver:

@@ -14,6 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet
 
 from eagle_tui.present.audit_md import export_markdown
+from remote_agent.atomic_write import write_atomic
 from runbook import audit as audit_mod
 
 FORMATS = ("md", "jsonl", "csv")
@@ -43,10 +44,7 @@ def export_audit(audit_path: Path, head: audit_mod.Head | None, req: ExportReque
         text = audit_mod.export_csv(records)
     else:
         text = audit_mod.export_jsonl(records)
-    req.path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = req.path.with_name(f".{req.path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(req.path)
+    write_atomic(req.path, text)
     return ExportResult(req.path, len(records), result.ok, result.problem)
 
 

@@ -6,19 +6,24 @@ hand the work to the app, which drives the engine in workers."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from contextlib import suppress
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, TabbedContent, TabPane
+from textual.widgets import Footer, TabbedContent, TabPane
 
-from eagle_tui.app.messages import EngineEvent
+from eagle_tui.app import messages as msg
 from eagle_tui.app.screens.dialogs import AskScreen, ReasonScreen
 from eagle_tui.app.screens.export import ExportScreen
+from eagle_tui.app.screens.help import HelpScreen
+from eagle_tui.app.screens.runs import RunPickerScreen
 from eagle_tui.app.widgets.host.header import RunHeader
 from eagle_tui.app.widgets.host.resources import ResourcesPanel
 from eagle_tui.app.widgets.logs.full_log import FullLogScreen
@@ -27,30 +32,35 @@ from eagle_tui.app.widgets.progress.curves import Curves
 from eagle_tui.app.widgets.progress.progress import StepProgress
 from eagle_tui.app.widgets.steps.detail import StepDetail
 from eagle_tui.app.widgets.steps.todo_list import TodoList
-from runbook.events import (
-    DONE,
-    RUNNING,
-    ConnectionChanged,
-    GuardsEvaluated,
-    HostStats,
-    LogChunk,
-    MetricsUpdate,
-    Notice,
-    ProgressUpdate,
-    RunFinished,
-    RunStarted,
-    StepChanged,
-)
+from runbook.events import DONE, RUNNING
+from runbook.state import list_runs
 
 if TYPE_CHECKING:
+    from eagle_tui.app.actions import EngineActions
     from eagle_tui.app.app import CockpitApp
+
+H = TypeVar("H")
+
+
+def while_mounted(handler: Callable[[MainScreen, H], None]) -> Callable[[MainScreen, H], None]:
+    """An engine event arriving while the app shuts down finds the widgets gone: drop it."""
+
+    @functools.wraps(handler)
+    def run(self: MainScreen, message: H) -> None:
+        with suppress(NoMatches):
+            handler(self, message)
+
+    return run
+
 
 # (key, action, description, id): the ids are the stable names a user keymap uses.
 ACTIONS: list[tuple[str, str, str, str]] = [
     ("r", "run_selected", "Run step", "run-selected"),
     ("n", "run_next", "Run next", "run-next"),
     ("a", "run_all", "Run all from here", "run-all"),
+    ("A", "stop_all", "Stop run-all", "stop-all"),
     ("s", "skip", "Skip", "skip"),
+    ("u", "undo_skip", "Undo skip", "undo-skip"),
     ("R", "retry", "Retry", "retry"),
     ("x", "cancel_job", "Cancel job", "cancel"),
     ("f", "toggle_follow", "Follow log", "toggle-follow"),
@@ -60,6 +70,8 @@ ACTIONS: list[tuple[str, str, str, str]] = [
     ("c", "toggle_curves", "Log/curves", "toggle-curves"),
     ("end,ctrl+end", "log_end", "Log: to the end, follow", "log-end"),
     ("home,ctrl+home", "log_home", "Log: to the top", "log-home"),
+    ("o", "pick_run", "Open a run", "runs"),
+    ("question_mark,f1", "help", "Help", "help"),
     ("q", "quit_app", "Quit", "quit"),
 ]
 # Keys the focused todo list would otherwise take (DataTable binds home/end to its own rows).
@@ -70,7 +82,11 @@ HELP = {
     "run_selected": "Run the selected step (reattaches if it is running)",
     "run_next": "Run the first step that is not done",
     "run_all": "Run every step from the selected one, stopping at confirmations and failures",
+    "stop_all": "Withdraw run-all: the running step finishes (nothing is killed), no next step starts",
     "skip": "Skip the selected step (asks for a reason; audited)",
+    "undo_skip": "Make an operator-skipped step pending again (audited); it does not run it",
+    "pick_run": "List this runbook's runs and open one (quits this one the way q does)",
+    "help": "Show every key and what it does",
     "retry": "Make a failed/blocked/cancelled step runnable again and run it",
     "cancel_job": "Cancel the selected running job (asks first; kills its process group)",
     "toggle_follow": "Follow the log tail and the running step, or stop following",
@@ -94,7 +110,13 @@ class MainScreen(Screen[None]):
 
     @property
     def cockpit(self) -> CockpitApp:
+        """The app, for the data shown here (records, guards, metrics, the clock)."""
         return self.app  # type: ignore[return-value]
+
+    @property
+    def actions(self) -> EngineActions:
+        """Where the operator's commands go."""
+        return self.cockpit.actions
 
     def compose(self) -> ComposeResult:
         yield RunHeader(id="header")
@@ -162,56 +184,87 @@ class MainScreen(Screen[None]):
         if rec is None:
             return
         self.refresh_step(sid)
-        self.query_one(StepProgress).show(rec.progress)
+        self.query_one(StepProgress).show(rec.progress, rec.status)
         self.query_one(LiveLog).show(sid, rec.log_file, rec.log_mirror_size)
         self.query_one(Curves).show(app.metrics_for(sid))
 
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if event.row_key.value is not None and event.row_key.value != self.selected:
-            self.show(str(event.row_key.value))
+    @on(TodoList.StepHighlighted)
+    def _highlighted(self, event: TodoList.StepHighlighted) -> None:
+        if event.step_id != self.selected:
+            self.show(event.step_id)
 
-    def apply(self, msg: EngineEvent) -> None:
-        ev = msg.event
-        app = self.cockpit
-        if isinstance(ev, LogChunk):
-            self.query_one(LiveLog).on_chunk(ev.step_id, ev.text, msg.log_file, msg.mirror_end)
-        elif isinstance(ev, StepChanged):
-            self.refresh_step(ev.step_id)
-            if ev.status == RUNNING and self.follow and ev.step_id != self.selected:
-                self.select(ev.step_id)
-            elif ev.step_id == self.selected:
-                rec = app.record(ev.step_id)
-                if ev.status != RUNNING:
-                    self.query_one(LiveLog).end_of_job(ev.step_id)
-                elif rec is not None and rec.log_file != self.query_one(LiveLog).source:
-                    self.show(ev.step_id)  # a new attempt: its own log and curves
-                if rec is not None:
-                    self.query_one(StepProgress).show(rec.progress)
-        elif isinstance(ev, ProgressUpdate):
-            if ev.step_id == self.selected:
-                self.query_one(StepProgress).show(ev.record)
-            self.refresh_step(ev.step_id)
-        elif isinstance(ev, MetricsUpdate):
-            if (
-                app.add_metrics(ev.step_id, ev.record, msg.log_file, msg.mirror_end)
-                and ev.step_id == self.selected
-            ):
-                self.query_one(Curves).changed()
-        elif isinstance(ev, GuardsEvaluated):
-            self.refresh_step(ev.step_id)
-        elif isinstance(ev, HostStats):
-            if ev.host == app.engine.default_host:
-                self.query_one(ResourcesPanel).update_sample(ev.host, ev.sample)
-        elif isinstance(ev, ConnectionChanged):
-            self.query_one(RunHeader).set_connection(
-                ev.host, ev.state, ev.attempt, ev.message, ev.host_key
-            )
-        elif isinstance(ev, RunStarted):
-            self.query_one(RunHeader).set_run(ev.run_id, ev.runbook, ev.resumed)
-        elif isinstance(ev, RunFinished):
-            self.query_one(RunHeader).set_mode("")
-        elif isinstance(ev, Notice):
-            pass  # the app notifies
+    # ------------------------------------------------------------------ engine events
+    # Each kind its own handler; the app handles what is not the screen's (toasts, host trust)
+    # when the message bubbles on. While the app shuts down, widgets may already be gone.
+    @on(msg.LogArrived)
+    @while_mounted
+    def _log(self, m: msg.LogArrived) -> None:
+        ev = m.event
+        self.query_one(LiveLog).on_chunk(ev.step_id, ev.text, m.log_file, m.mirror_end)
+
+    @on(msg.StepChanged)
+    @while_mounted
+    def _step_changed(self, m: msg.StepChanged) -> None:
+        ev, app = m.event, self.cockpit
+        self.refresh_step(ev.step_id)
+        if ev.status == RUNNING and self.follow and ev.step_id != self.selected:
+            self.select(ev.step_id)
+        elif ev.step_id == self.selected:
+            rec = app.record(ev.step_id)
+            if ev.status != RUNNING:
+                self.query_one(LiveLog).end_of_job(ev.step_id)
+            elif rec is not None and rec.log_file != self.query_one(LiveLog).source:
+                self.show(ev.step_id)  # a new attempt: its own log and curves
+            if rec is not None:
+                self.query_one(StepProgress).show(rec.progress, rec.status)
+
+    @on(msg.ProgressArrived)
+    @while_mounted
+    def _progress(self, m: msg.ProgressArrived) -> None:
+        ev = m.event
+        if ev.step_id == self.selected:
+            rec = self.cockpit.record(ev.step_id)
+            self.query_one(StepProgress).show(ev.record, rec.status if rec else None)
+        self.refresh_step(ev.step_id)
+
+    @on(msg.MetricsArrived)
+    @while_mounted
+    def _metrics(self, m: msg.MetricsArrived) -> None:
+        ev = m.event
+        if (
+            self.cockpit.add_metrics(ev.step_id, ev.record, m.log_file, m.mirror_end)
+            and ev.step_id == self.selected
+        ):
+            self.query_one(Curves).changed()
+
+    @on(msg.GuardsArrived)
+    @while_mounted
+    def _guards(self, m: msg.GuardsArrived) -> None:
+        self.refresh_step(m.event.step_id)
+
+    @on(msg.HostStatsArrived)
+    @while_mounted
+    def _stats(self, m: msg.HostStatsArrived) -> None:
+        if m.event.host == self.cockpit.engine.default_host:
+            self.query_one(ResourcesPanel).update_sample(m.event.host, m.event.sample)
+
+    @on(msg.ConnectionChanged)
+    @while_mounted
+    def _connection(self, m: msg.ConnectionChanged) -> None:
+        ev = m.event
+        self.query_one(RunHeader).set_connection(
+            ev.host, ev.state, ev.attempt, ev.message, ev.host_key
+        )
+
+    @on(msg.RunStarted)
+    @while_mounted
+    def _run_started(self, m: msg.RunStarted) -> None:
+        self.query_one(RunHeader).set_run(m.event.run_id, m.event.runbook, m.event.resumed)
+
+    @on(msg.RunFinished)
+    @while_mounted
+    def _run_finished(self, m: msg.RunFinished) -> None:
+        self.query_one(RunHeader).set_mode("")
 
     def curves_changed(self, sid: str) -> None:
         if sid == self.selected and self.is_mounted:
@@ -232,7 +285,7 @@ class MainScreen(Screen[None]):
 
     def action_run_selected(self) -> None:
         if (sid := self._need_selection()) is not None:
-            self.cockpit.drive_step(sid)
+            self.actions.drive_step(sid)
 
     def action_run_next(self) -> None:
         sid = self.cockpit.next_step()
@@ -240,11 +293,14 @@ class MainScreen(Screen[None]):
             self.notify("every step is done")
             return
         self.select(sid)
-        self.cockpit.drive_step(sid)
+        self.actions.drive_step(sid)
 
     def action_run_all(self) -> None:
         if (sid := self._need_selection()) is not None:
-            self.cockpit.drive_all(sid)
+            self.actions.drive_all(sid)
+
+    def action_stop_all(self) -> None:
+        self.actions.stop_all()
 
     def action_skip(self) -> None:
         sid = self._need_selection()
@@ -257,15 +313,35 @@ class MainScreen(Screen[None]):
 
         def done(reason: str | None) -> None:
             if reason:
-                self.cockpit.skip_step(sid, reason)
+                self.actions.skip_step(sid, reason)
 
         self.app.push_screen(
             ReasonScreen(f"Skip {sid}?", "The reason is written to the audit log."), done
         )
 
+    def action_undo_skip(self) -> None:
+        if (sid := self._need_selection()) is not None:
+            self.actions.undo_skip(sid)
+
+    def action_pick_run(self) -> None:
+        app = self.cockpit
+
+        def done(run_id: str | None) -> None:
+            if run_id and run_id != app.run_id:
+                app.switch_run(run_id)
+
+        runs = list_runs(app.engine.state_dir, app.engine.rb.name)
+        self.app.push_screen(RunPickerScreen(runs, app.run_id, app.engine.rb.name), done)
+
+    def action_help(self) -> None:
+        keymap = self.app._keymap  # the user's keymap, where it rebinds an id
+        rows = [(keymap.get(bid, key), bid, HELP[action]) for key, action, _, bid in ACTIONS]
+        rows.append(("ctrl+p", "", "Command palette: every action above, by name"))
+        self.app.push_screen(HelpScreen(rows))
+
     def action_retry(self) -> None:
         if (sid := self._need_selection()) is not None:
-            self.cockpit.retry_step(sid)
+            self.actions.retry_step(sid)
 
     def action_cancel_job(self) -> None:
         sid = self._need_selection()
@@ -278,7 +354,7 @@ class MainScreen(Screen[None]):
 
         def done(yes: bool | None) -> None:
             if yes:
-                self.cockpit.cancel_step(sid)
+                self.actions.cancel_step(sid)
 
         self.app.push_screen(
             AskScreen(
@@ -322,12 +398,12 @@ class MainScreen(Screen[None]):
         )
 
     def action_dry_run(self) -> None:
-        self.cockpit.dry_run()
+        self.actions.dry_run()
 
     def action_export_audit(self) -> None:
         def done(req) -> None:
             if req is not None:
-                self.cockpit.export(req)
+                self.actions.export(req)
 
         self.app.push_screen(ExportScreen(self.cockpit.run_id, self.cockpit.export_dir), done)
 

@@ -298,11 +298,6 @@ class MaskBuilder:
         return before
 
 
-def _first_difference(a: str, b: str) -> int:
-    n = min(len(a), len(b))
-    return next((k for k in range(n) if a[k] != b[k]), n)
-
-
 def _offset_index(offsets: Any, p: int, after: bool, sample_id: str) -> int:
     """Token index at char boundary p from the full tokenization's offsets (merge fallback)."""
     if offsets is None:

@@ -263,22 +263,6 @@ def line_digest(line: bytes) -> str:
     return f"{zlib.crc32(line):08x}"
 
 
-def iter_raw(
-    path: Path, vocab_size: int | None = None
-) -> Iterator[tuple[int, int, bytes, RawRecord]]:
-    """(line number, byte offset, line bytes, record) for every non-blank line (fast reader)."""
-    path = Path(path)
-    if not path.is_file():
-        raise BadInput(f"{path}: no such file")
-    offset = 0
-    with open(path, "rb", buffering=1 << 20) as f:
-        for lineno, raw in enumerate(f, start=1):
-            start = offset
-            offset += len(raw)
-            if raw.strip():
-                yield lineno, start, raw, parse_raw(raw, path, lineno, vocab_size)
-
-
 def iter_records(path: Path, vocab_size: int | None = None) -> Iterator[tuple[int, int, Record]]:
     """(line number, byte offset, record) for every non-empty line; raises BadInput on the first bad one."""
     path = Path(path)

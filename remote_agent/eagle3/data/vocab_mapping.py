@@ -124,21 +124,12 @@ def cache_key(tokenizer_sha: str, data_shas: list[str], target_vocab: int, draft
 
 
 def save(path: Path, d2t: np.ndarray, t2d: np.ndarray, metadata: dict[str, str]) -> None:
-    import os
-
     from safetensors.numpy import save_file
 
-    from remote_agent.eagle3.atomic import fsync_dir, temp_name
+    from remote_agent.atomic_write import atomic_path
 
-    tmp = temp_name(path)
-    try:
+    with atomic_path(path) as tmp:
         save_file({"d2t": d2t, "t2d": t2d}, str(tmp), metadata=metadata)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def load(path: Path) -> tuple[np.ndarray, np.ndarray, dict[str, str]]:

@@ -6,14 +6,13 @@
         meta.json     step, position, config (human-readable; written last = completion marker)
     OUT/checkpoints/latest   name of the newest complete checkpoint
 
-A checkpoint is written into `.tmp-step-N-PID/`, fsynced and renamed; a crash leaves either the
-old set or the new one. `latest` is advisory: the newest complete `step-*` directory wins.
+A checkpoint is written into a hidden temp directory (remote_agent.atomic_write), fsynced and
+renamed; a crash leaves either the old set or the new one. `latest` is advisory: the newest complete `step-*` directory wins.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 
 import torch
 
-from remote_agent.eagle3.atomic import fsync_dir, write_bytes_atomic
+from remote_agent.atomic_write import TEMP_MARK, atomic_path, write_atomic
 
 
 def rng_state() -> dict[str, Any]:
@@ -65,26 +64,12 @@ def save(root: Path, step: int, state: dict[str, Any], meta: dict[str, Any]) -> 
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:08d}"
-    tmp = root / f".tmp-step-{step:08d}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with atomic_path(final) as tmp:  # a re-run of the same step replaces it
+        tmp.mkdir()
         with open(tmp / "state.pt", "wb") as f:
             torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        write_bytes_atomic(
-            tmp / "meta.json", (json.dumps(meta, indent=1, default=str) + "\n").encode()
-        )
-        fsync_dir(tmp)
-        if final.exists():  # a re-run of the same step replaces it
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        fsync_dir(root)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    write_bytes_atomic(root / "latest", (final.name + "\n").encode())
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
+    write_atomic(root / "latest", final.name + "\n")
     return final
 
 
@@ -99,7 +84,7 @@ def prune(root: Path, keep_last: int, keep_every: int = 0) -> list[Path]:
             continue
         shutil.rmtree(d, ignore_errors=True)
         removed.append(d)
-    for stale in Path(root).glob(".tmp-step-*"):  # left by a crash mid-write
+    for stale in Path(root).glob(f".step-*{TEMP_MARK}*"):  # left by a crash mid-write
         shutil.rmtree(stale, ignore_errors=True)
     return removed
 

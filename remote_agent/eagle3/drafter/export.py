@@ -10,12 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from remote_agent.atomic_write import atomic_path
 from remote_agent.eagle3.drafter import contract
 from remote_agent.eagle3.drafter.context import target_context_length
 from remote_agent.eagle3.errors import BadInput, Failed
@@ -101,11 +101,8 @@ def export_checkpoint(
             f"{ckpt_dir}: the drafter fails SGLang's loader contract; nothing written:\n  "
             + "\n  ".join(report.problems)
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with atomic_path(out) as tmp:  # fsyncs every file; replaces an older export whole
+        tmp.mkdir()
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         sha = hashlib.sha256((tmp / "model.safetensors").read_bytes()).hexdigest()
@@ -123,15 +120,7 @@ def export_checkpoint(
         (tmp / "eagle3_export.json").write_text(json.dumps(info, indent=2) + "\n")
         for f in tmp.iterdir():
             os.chmod(f, 0o644)  # safetensors writes 0600; the server may run as another user
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
         os.chmod(tmp, 0o755)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return {"out": str(out), **info, "checks": len(report.routes)}
 
 

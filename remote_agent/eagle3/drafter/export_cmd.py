@@ -9,7 +9,9 @@ HELP = "write an SGLang-loadable drafter checkpoint, checked against the loader 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "checkpoint", help="checkpoint directory (step-N) or a run directory (newest)"
+        "checkpoint",
+        nargs="?",
+        help="checkpoint directory (step-N) or a run directory (newest); not with --init",
     )
     parser.add_argument(
         "--out", required=True, help="output directory (config.json + model.safetensors)"
@@ -27,6 +29,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: the length recorded at training)",
     )
     parser.add_argument("--force", action="store_true", help="replace an existing output directory")
+    init = parser.add_argument_group(
+        "--init: an untrained drafter for --target, no dump needed (SGLang 0.5.14 captures "
+        "hidden states for extraction only with a drafter loaded)"
+    )
+    init.add_argument("--init", action="store_true", help="export an untrained drafter")
+    init.add_argument(
+        "--config", help="--init: the training config (drafter section, e.g. tiny-gpu)"
+    )
+    init.add_argument("--vocab", help="--init: the draft-vocabulary mapping (eagle3 vocab)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,6 +46,24 @@ def run(args: argparse.Namespace) -> int:
     from remote_agent.eagle3.drafter.export import export_checkpoint
     from remote_agent.eagle3.progress import emit
 
+    if args.init:
+        from remote_agent.eagle3.drafter.init_export import init_export
+        from remote_agent.eagle3.errors import BadInput
+
+        if args.checkpoint or not (args.config and args.target):
+            raise BadInput("--init takes --config and --target (and --vocab), not a checkpoint")
+        result = init_export(
+            Path(args.config), Path(args.target), args.vocab, Path(args.out), args.force
+        )
+        print(
+            f"eagle3 export: {result['out']} (untrained, {result['tensors']} tensors, contract ok)"
+        )
+        emit("result", command="export", **result)
+        return 0
+    if not args.checkpoint:
+        from remote_agent.eagle3.errors import BadInput
+
+        raise BadInput("give a checkpoint (or a run directory), or --init")
     result = export_checkpoint(
         Path(args.checkpoint),
         Path(args.out),

@@ -16,6 +16,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from remote_agent.atomic_write import write_atomic
 from remote_agent.eagle3.distributed import Dist
 from remote_agent.eagle3.errors import BadInput
 
@@ -38,9 +39,7 @@ def check_shared_out(d: Dist, out_dir: Path, resume_from: Path | None) -> None:
     nonce = secrets.token_hex(8) if d.main else None
     if d.main:
         out_dir.mkdir(parents=True, exist_ok=True)
-        tmp = out_dir / f"{PROBE}.{os.getpid()}"
-        tmp.write_text(nonce or "")
-        os.replace(tmp, out_dir / PROBE)
+        write_atomic(out_dir / PROBE, nonce or "")
     nonce = d.broadcast(nonce)
     d.barrier()
     try:

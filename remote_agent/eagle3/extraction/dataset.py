@@ -40,11 +40,6 @@ class Dataset:
             return sum(e[2] for e in self.index.entries)
         return sum(self.length(i) for i in ids)
 
-    def read_in_file_order(self, ids: list[str]) -> list[tuple[str, list[int]]]:
-        """Token ids of many samples, read sequentially (file order) for speed."""
-        order = sorted(ids, key=lambda s: self.index.entries[self.index.by_id[s]][1])
-        return [(s, self.input_ids(s)) for s in order]
-
 
 def open_dataset(path: Path, require_manifest: bool = True) -> Dataset:
     path = Path(path)

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from remote_agent.atomic_write import write_atomic
 from remote_agent.eagle3.errors import BadInput
 
 ASSIGNMENT = "sha256(sample_id)[:8] mod count"
@@ -117,9 +117,7 @@ def prepare_dir(root: Path, shard: Shard, dataset: Path, write: bool = True) -> 
             "assignment": ASSIGNMENT,
             "dataset": Path(dataset).name,
         }
-        tmp = path / f".{MARKER}.{os.getpid()}"
-        tmp.write_text(json.dumps(record, indent=1) + "\n")
-        os.replace(tmp, path / MARKER)
+        write_atomic(path / MARKER, json.dumps(record, indent=1) + "\n")
     return path
 
 

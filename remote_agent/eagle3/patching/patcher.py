@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from remote_agent.atomic_write import atomic_path, write_atomic
 from remote_agent.eagle3.patching.blocks import PatchError, load_spec, strip_blocks
 from remote_agent.eagle3.patching.blocks import apply_blocks as _apply_blocks
 from remote_agent.eagle3.patching.hashes import (
@@ -104,27 +105,13 @@ def helper_status(dest: Path, table: Table) -> dict[str, Any]:
     return {"dir": str(dest), "state": state, "files": found}
 
 
-def _atomic_copy_bytes(data: bytes, dest: Path, mode: int = 0o644) -> None:
-    tmp = dest.with_name(f"{dest.name}.eagle3-tmp.{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, dest)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def install_helper(dest: Path, table: Table, entry: Entry | None) -> dict[str, Any]:
     problems = helper_source_problems(table)
     if problems:
         raise PatchError("helper sources are not the reviewed ones: " + "; ".join(problems))
     dest.mkdir(parents=True, exist_ok=True)
     for name, src in helper_sources(table).items():
-        _atomic_copy_bytes(src.read_bytes(), dest / name)
+        write_atomic(dest / name, src.read_bytes(), mode=0o644)
     record = {
         "patch_version": entry.patch_version if entry else None,
         "sglang": entry.sglang if entry else None,
@@ -132,7 +119,7 @@ def install_helper(dest: Path, table: Table, entry: Entry | None) -> dict[str, A
         "patched_sha256": entry.patched_sha256 if entry else None,
         "files": {n: spec["sha256"] for n, spec in table.helper.get("files", {}).items()},
     }
-    _atomic_copy_bytes((json.dumps(record, indent=1) + "\n").encode(), dest / INSTALLED)
+    write_atomic(dest / INSTALLED, json.dumps(record, indent=1) + "\n", mode=0o644)
     shutil.rmtree(dest / "__pycache__", ignore_errors=True)
     return helper_status(dest, table)
 
@@ -159,22 +146,17 @@ def _clear_pycache(target: Path) -> None:
 
 def _replace_checked(target: Path, data: bytes) -> None:
     """tmp in the same directory (no `.py` name), py_compile, fsync, rename over the target."""
-    tmp = target.with_name(f"{target.name}.eagle3-tmp.{os.getpid()}")
-    pyc = tmp.with_name(tmp.name + ".pyc")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        st = target.stat()
-        os.chmod(tmp, stat.S_IMODE(st.st_mode))
-        if (os.stat(tmp).st_uid, os.stat(tmp).st_gid) != (st.st_uid, st.st_gid):
-            os.chown(tmp, st.st_uid, st.st_gid)  # keep the owner too (root-owned installs)
-        py_compile.compile(str(tmp), cfile=str(pyc), dfile=str(target), doraise=True)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-        pyc.unlink(missing_ok=True)
+    st = target.stat()
+    with atomic_path(target) as tmp:
+        pyc = tmp.with_name(tmp.name + ".pyc")
+        try:
+            tmp.write_bytes(data)
+            os.chmod(tmp, stat.S_IMODE(st.st_mode))
+            if (os.stat(tmp).st_uid, os.stat(tmp).st_gid) != (st.st_uid, st.st_gid):
+                os.chown(tmp, st.st_uid, st.st_gid)  # keep the owner too (root-owned installs)
+            py_compile.compile(str(tmp), cfile=str(pyc), dfile=str(target), doraise=True)
+        finally:
+            pyc.unlink(missing_ok=True)
     _clear_pycache(target)
 
 
@@ -238,7 +220,7 @@ def apply(
             check.reason = str(exc)
             return Outcome("refused", False, check, _refusal(check), helper)
     if not backup.exists() or sha256_file(backup) != entry.pristine_sha256:
-        _atomic_copy_bytes(original, backup, stat.S_IMODE(target.stat().st_mode))
+        write_atomic(backup, original, mode=stat.S_IMODE(target.stat().st_mode))
     _replace_checked(target, patched)
     after, _ = check_target(target, version, table)
     if after.state != "patched":  # cannot happen unless something raced us: put it back

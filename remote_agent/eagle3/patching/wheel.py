@@ -10,6 +10,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+from remote_agent.atomic_write import write_atomic
 from remote_agent.eagle3.errors import Failed
 from remote_agent.eagle3.patching.hashes import (
     TARGET_RELPATH,
@@ -67,8 +68,5 @@ def fetch_pristine(version: str, out: Path, wheel: Path | None = None) -> dict[s
         raise Failed(
             f"{wheel}: {TARGET_RELPATH} sha256 {sha}, table expects {entry.pristine_sha256}"
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f"{out.name}.tmp.{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, out)
+    write_atomic(out, data)
     return {"out": str(out), "sha256": sha, "wheel": str(wheel), "record_sha256": record_sha}

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+from tests.support.paths import REPO
+
 KEY = "sk-test-5ecret-0f-the-run"
 
 

@@ -17,10 +17,10 @@ from sglang_source import Source, capture_rule, module_params, run_load_weights
 
 from remote_agent.eagle3.drafter import checkpoint as ckpt
 from remote_agent.eagle3.drafter import contract
-from remote_agent.eagle3.drafter.config import DrafterSection
 from remote_agent.eagle3.drafter.export import export_checkpoint, export_tensors, load_export
-from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
+from remote_agent.eagle3.drafter.model import Eagle3Drafter
 from remote_agent.eagle3.errors import Failed
+from tests.support.drafters import tiny_drafter
 
 ENTRY = {
     contract.LLAMA_ARCH: ("llama_eagle3", "LlamaForCausalLMEagle3"),
@@ -37,35 +37,6 @@ VARIANTS = [
 @pytest.fixture(scope="module")
 def sglang(sglang_wheel) -> Source:
     return Source(sglang_wheel)
-
-
-def make_drafter(arch="llama", draft_vocab=50, aux=(2, 4, 5), **kw) -> Eagle3Drafter:
-    ds = DrafterSection(
-        arch=arch,
-        num_attention_heads=4,
-        intermediate_size=96,
-        q_lora_rank=24,
-        kv_lora_rank=16,
-        qk_nope_head_dim=8,
-        qk_rope_head_dim=8,
-        v_head_dim=12,
-        **kw,
-    )
-    c = build_config(
-        ds,
-        target_hidden=32,
-        vocab_size=100,
-        draft_vocab_size=draft_vocab,
-        aux_layer_ids=list(aux),
-        target_context=2048,
-    )
-    m = Eagle3Drafter(c)
-    m.init_weights(0.02, torch.Generator().manual_seed(0))
-    ids = torch.arange(0, 100, 100 // draft_vocab)[:draft_vocab]
-    t2d = torch.zeros(100, dtype=torch.bool)
-    t2d[ids] = True
-    m.set_vocab(ids - torch.arange(draft_vocab), t2d)
-    return m
 
 
 def hf_config(config: dict):
@@ -88,7 +59,7 @@ def fake_checkpoint(root: Path, m: Eagle3Drafter, capture=(2, 4, 5)) -> Path:
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(f"{k}={v[k]}" for k in v))
 def test_parameter_table_equals_sglang_module(sglang, variant):
-    m = make_drafter(**variant)
+    m = tiny_drafter(**variant)
     module, cls = ENTRY[m.config["architectures"][0]]
     theirs, conditional = module_params(sglang, module, cls, hf_config(m.config))
     assert not conditional, f"unresolved branches in SGLang's __init__: {conditional}"
@@ -99,7 +70,7 @@ def test_parameter_table_equals_sglang_module(sglang, variant):
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(f"{k}={v[k]}" for k in v))
 @pytest.mark.parametrize("prefix", ["midlayer", "layers.0"])
 def test_real_load_weights_consumes_every_tensor_and_fills_every_parameter(sglang, variant, prefix):
-    m = make_drafter(**variant)
+    m = tiny_drafter(**variant)
     module, cls = ENTRY[m.config["architectures"][0]]
     params, _ = module_params(sglang, module, cls, hf_config(m.config))
     params.pop("model.embed_tokens.weight")
@@ -124,7 +95,7 @@ def test_real_load_weights_consumes_every_tensor_and_fills_every_parameter(sglan
 
 def test_contract_routing_agrees_with_real_load_weights_on_bad_names(sglang):
     for variant in (dict(arch="llama"), dict(arch="mla")):
-        m = make_drafter(**variant)
+        m = tiny_drafter(**variant)
         arch = m.config["architectures"][0]
         module, cls = ENTRY[arch]
         params, _ = module_params(sglang, module, cls, hf_config(m.config))
@@ -148,7 +119,7 @@ def test_capture_rule_is_sglangs(sglang, ids):
 
 
 def test_export_writes_a_loadable_directory(tmp_path):
-    m = make_drafter("llama", num_key_value_heads=2)
+    m = tiny_drafter("llama", num_key_value_heads=2)
     ck = fake_checkpoint(tmp_path / "ck", m)
     info = export_checkpoint(ck, tmp_path / "out")
     out = Path(info["out"])
@@ -174,7 +145,7 @@ def test_export_writes_a_loadable_directory(tmp_path):
 
 
 def test_a_checkpoint_failing_the_contract_is_not_written(tmp_path, monkeypatch):
-    m = make_drafter("llama")
+    m = tiny_drafter("llama")
     ck = fake_checkpoint(tmp_path / "ck", m)
     import remote_agent.eagle3.drafter.export as export_mod
 
@@ -194,7 +165,7 @@ def test_a_checkpoint_failing_the_contract_is_not_written(tmp_path, monkeypatch)
 
 
 def test_contract_catches_missing_d2t_wrong_shapes_and_capture_drift():
-    m = make_drafter("mla")
+    m = tiny_drafter("mla")
     tensors = {
         k: tuple(v.shape) for k, v in export_tensors(m.state_dict(), m.config, m.d2t, m.t2d).items()
     }
@@ -209,7 +180,7 @@ def test_contract_catches_missing_d2t_wrong_shapes_and_capture_drift():
 
 
 def test_mla_export_roundtrip(tmp_path):
-    m = make_drafter("mla", draft_vocab=100)  # full vocabulary: d2t all zeros, still written
+    m = tiny_drafter("mla", draft_vocab=100)  # full vocabulary: d2t all zeros, still written
     ck = fake_checkpoint(tmp_path / "ck", m)
     out = Path(export_checkpoint(ck, tmp_path / "out", layer_prefix="layers.0")["out"])
     config = json.loads((out / "config.json").read_text())

@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 from sglang_source import Source, module_params, run_load_weights
-from test_drafter_export import ENTRY, VARIANTS, hf_config, make_drafter
+from test_drafter_export import ENTRY, VARIANTS, hf_config
 
 from remote_agent.eagle3.drafter import contract
 from remote_agent.eagle3.drafter.export import export_tensors
+from tests.support.drafters import tiny_drafter
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +23,7 @@ def sglang_0_5_14() -> Source:
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(f"{k}={v[k]}" for k in v))
 def test_parameter_table_equals_0_5_14_module(sglang_0_5_14, variant):
-    m = make_drafter(**variant)
+    m = tiny_drafter(**variant)
     module, cls = ENTRY[m.config["architectures"][0]]
     theirs, conditional = module_params(sglang_0_5_14, module, cls, hf_config(m.config))
     assert not conditional, f"unresolved branches in SGLang's __init__: {conditional}"
@@ -32,7 +33,7 @@ def test_parameter_table_equals_0_5_14_module(sglang_0_5_14, variant):
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(f"{k}={v[k]}" for k in v))
 def test_0_5_14_load_weights_fills_every_parameter(sglang_0_5_14, variant):
-    m = make_drafter(**variant)
+    m = tiny_drafter(**variant)
     module, cls = ENTRY[m.config["architectures"][0]]
     params, _ = module_params(sglang_0_5_14, module, cls, hf_config(m.config))
     params.pop("model.embed_tokens.weight")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_drafter_model_loss import tiny_drafter
+from test_drafter_model_loss import model_drafter
 from test_drafter_skip_rows import chat_batch, vocab
 
 from remote_agent.eagle3.distributed import Dist
@@ -17,7 +17,7 @@ from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep, forward_b
 
 def run(arch: str, backend: str, skip: bool, checkpoint: bool, recompute: bool):
     torch.manual_seed(0)
-    drafter = tiny_drafter(arch, draft_vocab=60)
+    drafter = model_drafter(arch, draft_vocab=60)
     lm_head, t2d = vocab()
     ids = t2d.nonzero().flatten()
     drafter.set_vocab(ids - torch.arange(60), t2d)

@@ -9,32 +9,15 @@ from remote_agent.eagle3.drafter.config import DrafterSection
 from remote_agent.eagle3.drafter.loss import soft_ce, soft_ce_reference, teacher
 from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
 from remote_agent.eagle3.drafter.ttt_attention import TTTAttention, doc_ids_from_lengths
+from tests.support.drafters import tiny_drafter
 
 
-def tiny_drafter(arch: str, draft_vocab: int = 100, **kw) -> Eagle3Drafter:
-    ds = DrafterSection(
-        arch=arch,
-        num_attention_heads=4,
-        num_key_value_heads=2 if arch == "llama" else None,
-        intermediate_size=96,
-        q_lora_rank=24,
-        kv_lora_rank=16,
-        qk_nope_head_dim=8,
-        qk_rope_head_dim=8,
-        v_head_dim=12,
-        **kw,
+def model_drafter(arch: str, draft_vocab: int = 100, **kw) -> Eagle3Drafter:
+    """The model tests' drafter: GQA for llama, larger weights, the vocab mapping left open."""
+    kv = 2 if arch == "llama" else None
+    return tiny_drafter(
+        arch, draft_vocab, std=0.2, seed=1, map_vocab=False, num_key_value_heads=kv, **kw
     )
-    c = build_config(
-        ds,
-        target_hidden=32,
-        vocab_size=100,
-        draft_vocab_size=draft_vocab,
-        aux_layer_ids=[2, 4, 5],
-        target_context=2048,
-    )
-    m = Eagle3Drafter(c)
-    m.init_weights(0.2, torch.Generator().manual_seed(1))
-    return m
 
 
 @pytest.mark.parametrize("arch", ["llama", "mla"])
@@ -42,7 +25,7 @@ def tiny_drafter(arch: str, draft_vocab: int = 100, **kw) -> Eagle3Drafter:
 def test_ttt_unroll_equals_inference_chain(arch, norm_output):
     """TTT step k at position t == draft step k of SGLang's chain started at t (packed batch)."""
     torch.manual_seed(0)
-    m = tiny_drafter(arch, norm_output=norm_output)
+    m = model_drafter(arch, norm_output=norm_output)
     steps, ctx, other = 4, 9, 6  # a 6-token document packed before the 9-token context
     aux = torch.randn(ctx, 96)
     ids = torch.randint(0, 100, (ctx + 1,))
@@ -96,7 +79,7 @@ def test_capture_ids_starting_at_one_are_refused():
 
 
 def test_embedding_is_frozen_and_only_trained_params_require_grad():
-    m = tiny_drafter("llama")
+    m = model_drafter("llama")
     assert not m.embed_tokens.weight.requires_grad
     assert m.fc.weight.requires_grad and m.lm_head.weight.requires_grad
 

@@ -41,11 +41,11 @@ def test_buckets_match_a_brute_force_count():
 def test_all_buckets_together_equal_the_trainers_simulated_acceptance():
     out, _, metrics, _ = run("llama", "chunked", skip=True)
     # the same drafter (forward_backward does not step the optimizer) on the same batch
-    from test_drafter_model_loss import tiny_drafter
+    from test_drafter_model_loss import model_drafter
     from test_drafter_skip_rows import vocab
 
     torch.manual_seed(0)
-    drafter = tiny_drafter("llama", draft_vocab=60)
+    drafter = model_drafter("llama", draft_vocab=60)
     lm_head, t2d = vocab()
     ids = t2d.nonzero().flatten()
     drafter.set_vocab(ids - torch.arange(60), t2d)

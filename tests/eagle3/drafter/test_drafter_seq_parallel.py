@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.multiprocessing as mp
-from test_drafter_model_loss import tiny_drafter
+from test_drafter_model_loss import model_drafter
 from test_drafter_skip_rows import chat_batch
 
 from remote_agent.eagle3.drafter.data import step_targets
@@ -21,7 +21,7 @@ STEPS = 3
 def _unroll(arch: str, attention, lo: int, hi: int):
     """(outputs of rows lo:hi per step, loss, drafter) with a fixed random weighting per step."""
     torch.manual_seed(0)
-    drafter = tiny_drafter(arch, draft_vocab=60)
+    drafter = model_drafter(arch, draft_vocab=60)
     b = chat_batch()
     st = step_targets(b, STEPS)
     outs = drafter.ttt(
@@ -43,7 +43,7 @@ def _rank(rank: int, world: int, init: str, out: str, arch: str, backend: str) -
         b = chat_batch()
         offsets = split_offsets(b.input_ids.shape[1], world)
         lo, hi = offsets[rank], offsets[rank + 1]
-        scale = tiny_drafter(arch, draft_vocab=60).midlayer.self_attn.scale
+        scale = model_drafter(arch, draft_vocab=60).midlayer.self_attn.scale
         att = SeqParallelAttention(b.doc, offsets, scale, backend, block=8)
         outs, drafter = _unroll(arch, att, lo, hi)
         grads = {}
@@ -60,7 +60,7 @@ def _rank(rank: int, world: int, init: str, out: str, arch: str, backend: str) -
 @pytest.mark.parametrize("arch,backend", [("llama", "chunked"), ("mla", "dense")])
 def test_split_sequence_equals_one_rank(tmp_path: Path, world, arch, backend):
     n = chat_batch().input_ids.shape[1]
-    ref_att = TTTAttention(chat_batch().doc, tiny_drafter(arch).midlayer.self_attn.scale, backend)
+    ref_att = TTTAttention(chat_batch().doc, model_drafter(arch).midlayer.self_attn.scale, backend)
     ref_outs, ref = _unroll(arch, ref_att, 0, n)
     init = f"file://{tmp_path}/init"
     mp.spawn(_rank, args=(world, init, str(tmp_path), arch, backend), nprocs=world, join=True)
@@ -88,7 +88,7 @@ def _drafter_and_head():
     from test_drafter_skip_rows import vocab
 
     torch.manual_seed(0)
-    drafter = tiny_drafter("llama", draft_vocab=60)
+    drafter = model_drafter("llama", draft_vocab=60)
     lm_head, t2d = vocab()
     ids = t2d.nonzero().flatten()
     drafter.set_vocab(ids - torch.arange(60), t2d)

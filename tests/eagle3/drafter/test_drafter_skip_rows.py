@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_drafter_model_loss import tiny_drafter
+from test_drafter_model_loss import model_drafter
 
 from remote_agent.eagle3.distributed import Dist
 from remote_agent.eagle3.drafter.config import TrainSection
@@ -48,7 +48,7 @@ def vocab() -> tuple[torch.Tensor, torch.Tensor]:
 
 def run(arch: str, backend: str, skip: bool, only_supervised: int | None = None, depth_tokens=4):
     torch.manual_seed(0)
-    drafter = tiny_drafter(arch, draft_vocab=60)
+    drafter = model_drafter(arch, draft_vocab=60)
     lm_head, t2d = vocab()
     ids = t2d.nonzero().flatten()
     drafter.set_vocab(ids - torch.arange(60), t2d)

@@ -13,9 +13,9 @@ import torch
 from remote_agent.eagle3.drafter import checkpoint as ckpt
 from remote_agent.eagle3.drafter import config as config_mod
 from remote_agent.eagle3.drafter.train import train
-from tests.procutil import run_tree
+from tests.support.paths import REPO
+from tests.support.procs import run_tree
 
-REPO = Path(__file__).resolve().parents[3]
 METRIC_KEYS = {
     "step",
     "loss",

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[3]
+from tests.support.paths import REPO
 
 
 def load_hook_package(dest: Path):

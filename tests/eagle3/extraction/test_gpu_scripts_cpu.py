@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from eagle3_standins import REPO  # noqa: E402
+from tests.support.paths import REPO  # noqa: E402
 
 
 def test_bench_extract_quick_on_cpu(tmp_path):

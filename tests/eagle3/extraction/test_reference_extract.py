@@ -11,11 +11,11 @@ import sys
 
 import pytest
 
-from tests.procutil import run_tree
+from tests.support.procs import run_tree
 
 torch = pytest.importorskip("torch")
 
-from eagle3_standins import REPO, write_dataset  # noqa: E402
+from eagle3_standins import write_dataset  # noqa: E402
 
 from remote_agent.eagle3 import dense  # noqa: E402
 from remote_agent.eagle3.cli import main  # noqa: E402
@@ -28,6 +28,7 @@ from remote_agent.eagle3.extraction.capture import (  # noqa: E402
     plan_batches,
     resolve_layer_ids,
 )
+from tests.support.paths import REPO  # noqa: E402
 
 LENGTHS = [17, 5, 33, 9, 24, 41, 12]
 

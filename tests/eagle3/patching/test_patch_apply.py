@@ -14,6 +14,7 @@ import sys
 import pytest
 from patch_fixtures import PATCHED_SHA256, PRISTINE_SHA256, RELEASES, make_site, wheel_file
 
+from remote_agent.atomic_write import TEMP_MARK
 from remote_agent.eagle3.cli import main
 from remote_agent.eagle3.patching import hashes
 from remote_agent.eagle3.patching.blocks import PatchError, apply_blocks, load_spec
@@ -58,7 +59,7 @@ def test_round_trip_idempotent_and_byte_identical(release_target, capsys):
     assert not any(
         p.suffix == ".py" and p.name != "deepseek_v2.py" for p in target.parent.iterdir()
     )
-    assert not list(target.parent.glob("*eagle3-tmp*"))
+    assert not list(target.parent.glob(f"*{TEMP_MARK}*"))
     helper = site / "sglang/srt/eagle3_dump"
     assert rep["helper"]["state"] == "installed"
     assert sorted(p.name for p in helper.iterdir()) == [
@@ -107,7 +108,7 @@ def _refused(capsys, target, *args) -> dict:
     code, rep = patch(capsys, *args, "--target", target)
     assert code == 1 and rep["action"] == "refused" and not rep["ok"]
     assert target.read_bytes() == before  # untouched
-    assert not list(target.parent.glob("*eagle3-tmp*"))
+    assert not list(target.parent.glob(f"*{TEMP_MARK}*"))
     return rep
 
 
@@ -237,6 +238,7 @@ def test_fetch_pristine_checks_record_and_table(sglang_wheel, tmp_path, capsys):
 
 HELPER_SCRIPT = r"""
 import sys, types, torch
+sys.modules["remote_agent"] = None  # as inside SGLang: the helper must not need the project
 sys.path.insert(0, sys.argv[1])
 from sglang.srt.eagle3_dump import dump, reset
 
@@ -280,9 +282,11 @@ def test_installed_helper_imports_as_sglang_srt_eagle3_dump(target, tmp_path, ca
     dump_dir = tmp_path / "dump"
     env = {**os.environ, "EAGLE3_DUMP_DIR": str(dump_dir), "EAGLE3_DUMP_SYNC": "1",
            "EAGLE3_DUMP_MIN_FREE_MB": "0"}  # fmt: skip
+    env.pop("PYTHONPATH", None)
     proc = subprocess.run(
-        [sys.executable, "-c", HELPER_SCRIPT, str(site)], env=env, capture_output=True, text=True
-    )
+        [sys.executable, "-c", HELPER_SCRIPT, str(site)],
+        env=env, capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     from remote_agent.eagle3.dense import DumpReader
 

@@ -10,12 +10,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from patch_fixtures import make_site
 
-REPO = Path(__file__).resolve().parents[3]
+from tests.support.paths import REPO
 
 
 @pytest.mark.parametrize("action", ["apply", "revert"])

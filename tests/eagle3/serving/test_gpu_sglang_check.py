@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from test_sglang_launch import flags_of
 
-REPO = Path(__file__).resolve().parents[3]
+from tests.support.paths import REPO
+
 SCRIPT = REPO / "bench" / "gpu_sglang.sh"
 RUNBOOK = REPO / "runbooks" / "gpu-sglang-check.yaml"
 
@@ -125,8 +126,12 @@ def test_report_has_every_key_issue_16_asks_for(check, tmp_path):
         json.dumps({"accept_length": 2.0, "accept_length_ci95": [1.8, 2.2]})
     )
     state = tmp_path / "state.json"
+    log = tmp_path / "extract.1.log"
+    log.write_text("starting\nRank 0 scheduler is dead\n")
     state.write_text(json.dumps({"steps": {"canary": {"status": "succeeded", "started_at": 10.0,
-                                 "ended_at": 12.5, "exit_code": 0, "command": "python -m x"}}}))  # fmt: skip
+                                 "ended_at": 12.5, "exit_code": 0, "command": "python -m x"},
+                                 "extract": {"status": "failed", "exit_code": 137,
+                                             "log_file": str(log)}}}))  # fmt: skip
     r = check.report(work, state, {"revert_byte_identical": True})
     assert r["sglang_version"] == "0.5.14" and r["target_context_length"] == 262144
     assert {"ids_identical", "max_abs_err", "max_rel_err"} <= set(r["dumps_vs_reference"])
@@ -142,6 +147,7 @@ def test_report_has_every_key_issue_16_asks_for(check, tmp_path):
         "message": "",
     }
     assert r["commands"]["canary"] == "python -m x"
+    assert r["stages"]["extract"]["log_tail"][-1] == "Rank 0 scheduler is dead"  # the why, kept
 
 
 def test_runbook_is_valid_and_its_0_5_14_launch_is_accepted(tmp_path):
@@ -189,5 +195,76 @@ def test_script_shell_is_sound():
     for line in text.splitlines():
         if "--json" in line and ">" in line:
             assert "2>&1" not in line, line
+    # the staged sitecustomize runs in every python process: it must never print on stdout
+    # (a CPU rehearsal found it corrupting `eagle-tui status --json > state.json`)
+    site = text[text.index("sitecustomize.py <<'PYX'") : text.index("\nPYX\n")]
+    assert all("file=sys.stderr" in line for line in site.splitlines() if "print(" in line)
     assert "runbooks/gpu-sglang-check.yaml" in text and "--auto --yes" in text
     assert "STAGE" in text and "rich" in text  # the engine's deps are listed for the integrator
+
+
+def test_server_info_records_the_served_context_length(check, tmp_path):
+    """0.5.14's /server_info has no context_length: /v1/models' max_model_len is recorded (a
+    local http.server answering with those two documents; SGLang itself runs on the GPU)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    docs = {"/server_info": {"version": "0.5.14", "speculative_algorithm": "EAGLE3"},
+            "/v1/models": {"data": [{"id": "m", "max_model_len": 262144}]}}  # fmt: skip
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            body = json.dumps(docs[self.path]).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        out = tmp_path / "info.json"
+        info = check.save_server_info(f"http://127.0.0.1:{httpd.server_address[1]}", out)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert info["served_context_length"] == 262144
+    assert check._context_length(json.loads(out.read_text())) == 262144
+
+
+def test_kimi_gpu_preset_has_kimis_mla_dims_and_context():
+    """The target the GPU check builds: Kimi-K2.5's MLA head dims and context settings."""
+    from remote_agent.eagle3 import tiny
+
+    c = tiny.deepseek_config(tiny.PRESETS["kimi-gpu"], 16384, 2, 3)
+    assert (c.kv_lora_rank, c.qk_rope_head_dim, c.qk_nope_head_dim, c.v_head_dim) == (
+        512,
+        64,
+        128,
+        128,
+    )
+    assert c.max_position_embeddings == 262144
+    rope = c.rope_scaling
+    assert rope["rope_type"] == "yarn" and rope["factor"] == 64.0
+    assert rope["original_max_position_embeddings"] == 4096
+    n = c.num_hidden_layers
+    assert len({2, n // 2, n - 3}) == 3  # distinct default capture layers
+
+
+def test_after_a_failure_only_steps_whose_requires_succeeded_run(check, tmp_path):
+    """The state of the 2026-12-02 device attempt (extraction server killed): of the steps not
+    run, only the prompts step does not depend on the server."""
+    import yaml
+
+    ids = [s["id"] for s in yaml.safe_load(RUNBOOK.read_text())["steps"]]
+    before = ids[: ids.index("extraction-server")]
+    steps = {sid: {"status": "succeeded"} for sid in before}
+    steps["extraction-server"] = {"status": "failed"}
+    steps.update({sid: {"status": "pending"} for sid in ids if sid not in steps})
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"steps": steps}))
+    assert check.runnable(state, RUNBOOK, set()) == ["accept-prompts"]
+    assert check.runnable(state, RUNBOOK, {"accept-prompts"}) == []

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+from tests.support.paths import REPO
 
 
 def launch(*args: str) -> subprocess.CompletedProcess:

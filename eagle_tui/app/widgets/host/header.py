@@ -9,6 +9,7 @@ from textual.widgets import Static
 
 from eagle_tui.app.literal import lines as join_lines
 from eagle_tui.app.literal import markup
+from eagle_tui.app.reachability import UNREACHABLE_AFTER, error_of
 
 
 @dataclass
@@ -18,6 +19,7 @@ class HostLine:
     host_key: str | None = None
     transport: str = ""
     message: str | None = None
+    error: str | None = None  # the last failed attempt's error, until connected
 
 
 class RunHeader(Static):
@@ -49,6 +51,10 @@ class RunHeader(Static):
     ) -> None:
         line = self.hosts.setdefault(host, HostLine())
         line.state, line.attempt, line.message = state, attempt, message
+        if state == "connected":
+            line.error = None
+        elif message:
+            line.error = error_of(message)
         if host_key:
             line.host_key = host_key
         self._redraw()
@@ -59,24 +65,30 @@ class RunHeader(Static):
 
     @staticmethod
     def state_markup(line: HostLine) -> Content:
+        unreachable = line.state in ("connecting", "reconnecting") and line.error
+        if unreachable and line.attempt >= UNREACHABLE_AFTER:
+            return markup(
+                f"[$text-error]✗ unreachable, retrying (attempt {line.attempt}): $e[/]",
+                e=line.error,
+            )
         if line.state == "connected":
-            return markup("[green]● connected[/]")
+            return markup("[$text-success]● connected[/]")
         if line.state == "reconnecting":
-            return markup(f"[yellow]◌ reconnecting (attempt {line.attempt})[/]")
+            return markup(f"[$text-warning]◌ reconnecting (attempt {line.attempt})[/]")
         if line.state == "connecting":
             return markup(
-                "[yellow]◌ connecting[/]"
+                "[$text-warning]◌ connecting[/]"
                 + (f" (attempt {line.attempt})" if line.attempt > 1 else "")
             )
         if line.state == "failed":
-            return markup("[red]✗ connection failed[/]")
+            return markup("[$text-error]✗ connection failed[/]")
         return markup("[dim]○ $v[/]", v=line.state)
 
     def _redraw(self) -> None:
         how = "resumed" if self.resumed else "new"
         top = markup(
             "[b]eagle-tui[/] ▸ run [b]$run[/] [dim]($how)[/] · runbook [b]$runbook[/]"
-            + (" · [cyan]$mode[/]" if self.mode else ""),
+            + (" · [$text-primary]$mode[/]" if self.mode else ""),
             run=self.run_id,
             how=how,
             runbook=self.runbook,

@@ -34,7 +34,11 @@ def disk_markup(disk: list[dict[str, Any]]) -> Content:
         path = d.get("path")
         if d.get("free") is None or not d.get("total"):
             lines.append(
-                markup("[b]$path[/] [red]$why[/]", path=path, why=d.get("error") or "unavailable")
+                markup(
+                    "[b]$path[/] [$text-error]$why[/]",
+                    path=path,
+                    why=d.get("error") or "unavailable",
+                )
             )
             continue
         used = 1 - d["free"] / d["total"]
@@ -131,7 +135,7 @@ class ResourcesPanel(Vertical):
         box = self.query_one("#gpus", Vertical)
         if not gpus:
             why = sample.get("gpu_error") or "nvidia-smi lists no GPU"
-            status.update(markup("[b yellow]no GPU[/] [dim]($why)[/]", why=why))
+            status.update(markup("[b $text-warning]no GPU[/] [dim]($why)[/]", why=why))
             if self._rows:
                 box.remove_children()
                 self._rows = {}

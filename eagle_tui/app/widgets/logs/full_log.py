@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.segment import Segment
 from rich.style import Style
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.geometry import Size
@@ -19,13 +19,14 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.widgets import Footer, Static
+from textual.widgets import Footer, Input, Static
 
 from eagle_tui.app.widgets.logs.line_index import LineIndex, ScanResult
 from runbook.units import format_size
 
 CACHE_LINES = 4000
 SCAN_CHUNK = 256 << 20  # bytes indexed per thread round; the title shows progress in between
+SEARCH_PAGE = 5000  # lines read per round of a search
 
 
 class LogLines(ScrollView, can_focus=True):
@@ -33,8 +34,8 @@ class LogLines(ScrollView, can_focus=True):
     LogLines { height: 1fr; background: $surface; }
     """
     BINDINGS = [
-        Binding("g", "scroll_home", "Top", show=False),
-        Binding("G", "scroll_end", "Bottom", show=False),
+        Binding("g,home", "scroll_home", "Top", show=False),
+        Binding("G,end", "scroll_end", "Bottom", show=False),
     ]
 
     def __init__(self, index: LineIndex, **kwargs) -> None:
@@ -43,6 +44,7 @@ class LogLines(ScrollView, can_focus=True):
         self._cache: OrderedDict[int, str] = OrderedDict()
         self._max_width = 0
         self.follow = False
+        self.match: int | None = None  # the search hit shown highlighted
 
     class Scrolled(Message):
         """The viewport moved (the title shows which lines are on screen)."""
@@ -92,17 +94,30 @@ class LogLines(ScrollView, can_focus=True):
         if n == self.index.line_count - 1:
             self._cache.pop(n, None)
         number = Segment(f"{n + 1:>{gutter - 2}}  ", Style(dim=True))
-        body = Strip([Segment(text)]).crop_extend(scroll_x, scroll_x + max(0, width - gutter), None)
+        style = Style(reverse=True) if n == self.match else None
+        body = Strip([Segment(text, style)]).crop_extend(
+            scroll_x, scroll_x + max(0, width - gutter), style
+        )
         return Strip([number, *body]).simplify()
+
+    def show_match(self, n: int) -> None:
+        """Put line `n` a few lines below the top and highlight it."""
+        self.match, self.follow = n, False
+        self.scroll_to(y=max(0, n - 3), animate=False, immediate=True)
+        self.refresh()
 
 
 class FullLogScreen(Screen[None]):
     DEFAULT_CSS = """
     FullLogScreen #full-log-title { height: 1; background: $panel; padding: 0 1; }
+    FullLogScreen #find { display: none; }
     """
     BINDINGS = [
         Binding("escape,q", "close", "Close", id="full-log-close"),
         Binding("f", "toggle_follow", "Follow", id="full-log-follow"),
+        Binding("slash", "search", "Search", id="full-log-search"),
+        Binding("n", "find(1)", "Next", id="full-log-next"),
+        Binding("N", "find(-1)", "Previous", id="full-log-previous"),
     ]
 
     def __init__(
@@ -115,10 +130,12 @@ class FullLogScreen(Screen[None]):
         self.index = LineIndex(self.path)
         self.view = LogLines(self.index, id="full-log")
         self._scanning = False
+        self.needle = ""
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="full-log-title", markup=False)
         yield self.view
+        yield Input(placeholder="search (Enter finds; n/N next/previous; Esc cancels)", id="find")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -165,7 +182,59 @@ class FullLogScreen(Screen[None]):
         self.query_one("#full-log-title", Static).update(self._title())
 
     def action_close(self) -> None:
+        find = self.query_one("#find", Input)
+        if find.display:  # Esc leaves the search box first
+            find.display = False
+            self.view.focus()
+            return
         self.dismiss(None)
+
+    # ------------------------------------------------------------------ search (/ then n/N)
+    def action_search(self) -> None:
+        find = self.query_one("#find", Input)
+        find.value, find.display = "", True
+        find.focus()
+
+    @on(Input.Submitted, "#find")
+    def _submitted(self, event: Input.Submitted) -> None:
+        event.input.display = False
+        self.view.focus()
+        self.needle = event.value
+        if self.needle:
+            top = self.view.scroll_offset.y
+            self._find(self.needle, top, 1)  # from the first line on screen
+
+    def action_find(self, direction: int) -> None:
+        if not self.needle:
+            self.notify("search with / first", severity="warning")
+            return
+        here = self.view.match if self.view.match is not None else self.view.scroll_offset.y
+        self._find(self.needle, here + direction, direction)
+
+    @work(thread=True, group="log-search", exclusive=True, exit_on_error=False)
+    def _find(self, needle: str, start: int, direction: int) -> None:
+        """Page through the index (never the whole file in memory), case-insensitively."""
+        low, count = needle.lower(), self.index.line_count
+        n = start
+        while 0 <= n < count:
+            first = n if direction > 0 else max(0, n - SEARCH_PAGE + 1)
+            lines = self.index.read_lines(first, min(SEARCH_PAGE, count - first))
+            order = range(len(lines)) if direction > 0 else range(len(lines) - 1, -1, -1)
+            for i in order:
+                if (direction > 0 and first + i < n) or (direction < 0 and first + i > n):
+                    continue
+                if low in lines[i].lower():
+                    self.app.call_from_thread(self._found, first + i)
+                    return
+            n = first + len(lines) if direction > 0 else first - 1
+            if not lines:
+                break
+        where = "below" if direction > 0 else "above"
+        self.app.call_from_thread(self.notify, f"no more {needle!r} {where}", severity="warning")
+
+    def _found(self, n: int) -> None:
+        self.view.show_match(n)
+        self.query_one("#full-log-title", Static).update(self._title())
 
     def action_toggle_follow(self) -> None:
         self.view.follow = not self.view.follow

@@ -86,6 +86,10 @@ class LiveLog(Log):
         self.feed.partial = partial
         if lines:
             self._write(lines)
+        if self.follow:
+            # Rebuilt before the pane has its final size (opening, a reattach): Log only scrolls
+            # when already at the end, so pin the end once the layout is known.
+            self.call_after_refresh(self.scroll_end, animate=False, x_axis=False)
 
     def on_chunk(self, step: str, text: str, log_file: str | None, mirror_end: int) -> None:
         if step != self.step:

@@ -16,6 +16,7 @@ from eagle_tui.app.screens.main import ACTIONS
 from eagle_tui.cli import pick_run_id
 from runbook.engine import Engine
 from runbook.loader import load_runbook
+from runbook.transports import TransportOptions
 from runbook.transports.factory import make_transport_factory
 
 BINDING_IDS = {bid for *_, bid in ACTIONS}
@@ -35,7 +36,9 @@ def build_app(
     keymap_paths: list[Path] | None = None,
     run_id: str | None = None,
     transports=None,
+    options: TransportOptions | None = None,
 ) -> CockpitApp:
+    options = options or TransportOptions()
     probe = load_runbook(args.runbook, overrides)
     explicit = run_id is not None or bool(getattr(args, "run", None))
     run_id = run_id or pick_run_id(state_dir, probe.runbook.name, args)
@@ -43,7 +46,7 @@ def build_app(
     engine = Engine(
         loaded,
         state_dir,
-        transports=transports or make_transport_factory(state_dir, args),
+        transports=transports or make_transport_factory(state_dir, options),
         confirmer=_no_confirmation,
         secrets=secrets,
         default_host=args.host,
@@ -59,7 +62,7 @@ def build_app(
     return CockpitApp(
         engine,
         run_id,
-        options=args,
+        options=options,
         clock=clock,
         keymap=keymap,
         keymap_problems=problems,
@@ -73,15 +76,20 @@ def run_app(
     overrides: dict[str, str],
     secrets: dict[str, str],
     run_id: str | None = None,
+    options: TransportOptions | None = None,
 ) -> int:
-    app = build_app(args, state_dir, overrides, secrets, run_id=run_id)
-    code = app.run()
-    if app.refusal:
-        print(app.refusal, file=sys.stderr)
-    relaunch = f"eagle-tui run {args.runbook} --run {app.run_id}"
-    for line in farewell(app.quit_work or live_work(app.engine), relaunch):
-        print(line)
-    if app.engine.audit is not None:
-        head = app.engine.audit.head
-        print(f"run {app.run_id} · audit head seq {head.seq} sha256 {head.hash}")
-    return int(code if code is not None else app.return_code or 0)
+    while True:
+        app = build_app(args, state_dir, overrides, secrets, run_id=run_id, options=options)
+        code = app.run()
+        if app.refusal:
+            print(app.refusal, file=sys.stderr)
+        relaunch = f"eagle-tui run {args.runbook} --run {app.run_id}"
+        for line in farewell(app.quit_work or live_work(app.engine), relaunch):
+            print(line)
+        if app.engine.audit is not None:
+            head = app.engine.audit.head
+            print(f"run {app.run_id} · audit head seq {head.seq} sha256 {head.hash}")
+        if app.next_run is None or app.refusal:
+            return int(code if code is not None else app.return_code or 0)
+        run_id = app.next_run  # the run picker's choice (`o`)
+        print(f"opening run {run_id}")

@@ -1,0 +1,55 @@
+"""Issue 15, item 11: search in the full-log viewer: / finds (case-insensitive) from the first
+line on screen, n / N go to the next / previous hit, Esc leaves the search box, then the viewer."""
+
+from __future__ import annotations
+
+from eagle_tui.app.screens.main import MainScreen
+from eagle_tui.app.widgets.logs.full_log import FullLogScreen
+
+from .helpers import opened, status, wait_for
+
+
+async def test_search_the_full_log(env):
+    env.extra_sets += ["gate_at=0"]
+    app = env.app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await opened(pilot)
+        app.main.select("long")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: status(app, "long") == "succeeded", timeout=60, what="long")
+        lines = open(app.record("long").log_file).read().splitlines()
+        hits = [i for i, x in enumerate(lines) if "OF 30" in x.upper()]
+        assert len(hits) == 30
+        await pilot.press("l")
+        await wait_for(pilot, lambda: isinstance(app.screen, FullLogScreen), what="the viewer")
+        screen = app.screen
+        await wait_for(pilot, lambda: screen.index.line_count == len(lines), what="the index")
+        await pilot.press("slash", *"Line 00012", "enter")
+        want = lines.index("train line 00012 of 30")
+        await wait_for(pilot, lambda: screen.view.match == want, what="the first hit")
+        assert screen.view.scroll_offset.y <= want < screen.view.scroll_offset.y + 20  # on screen
+        await pilot.press("slash", *"of 30", "enter")  # from the first line on screen
+        await wait_for(pilot, lambda: screen.view.match != want, what="the search from the top")
+        first = screen.view.match
+        assert first in hits and want - 3 <= first < want
+        await pilot.press("n")
+        nxt = hits[hits.index(first) + 1]
+        await wait_for(pilot, lambda: screen.view.match == nxt, what="n: the next hit")
+        await pilot.press("N")
+        await wait_for(pilot, lambda: screen.view.match == first, what="N: the previous hit")
+        await pilot.press("slash", *"00030 OF", "enter")  # the last hit, then n: none below
+        last = lines.index("train line 00030 of 30")
+        await wait_for(pilot, lambda: screen.view.match == last, what="the last line")
+        await pilot.press("n")
+        await wait_for(
+            pilot,
+            lambda: any("no more '00030 OF' below" in n.message for n in app._notifications),
+            what="n after the last hit",
+        )
+        assert screen.view.match == last
+        await pilot.press("slash")
+        assert screen.query_one("#find").display
+        await pilot.press("escape")  # leaves the search box, not the viewer
+        assert not screen.query_one("#find").display and isinstance(app.screen, FullLogScreen)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, MainScreen), what="esc closes")
