@@ -11,13 +11,13 @@ import os
 import random
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from runbook.audit import read_records
 from runbook.engine import Confirmation, Engine
 from runbook.loader import load_runbook
+from runbook.transports import TransportOptions
 from runbook.transports.factory import make_transport_factory
 from tests.ssh.conftest import box, ssh_keys  # noqa: F401 - fixtures of the real sshd
 from tests.ssh.helpers import write_ssh_config
@@ -232,7 +232,7 @@ def test_stale_guard_and_symlink_target_over_ssh(tmp_path, box, ssh_keys, tally)
     known = tmp_path / "known_hosts"
     known.write_text(box.known_hosts_line())
     config = write_ssh_config(tmp_path / "ssh_config", ssh_keys["user"], box=box)
-    remote = ("box", SimpleNamespace(ssh_config=str(config), known_hosts=str(known)))
+    remote = ("box", TransportOptions(ssh_config=str(config), known_hosts=str(known)))
     try:
         stale_trials(
             tmp_path / "stale",
