@@ -139,9 +139,11 @@ def main(args: list[str]) -> int:
         signal.signal(sig, _noop)
     secrets = _read_secrets(secrets_fd)
     out_r, out_w = os.pipe() if secrets else (-1, -1)
-    out: dict[str, int] = {"stdout": out_w, "stderr": out_w} if secrets else {}
+    sink = out_w if secrets else None  # None: the job writes the inherited log fd itself
     try:
-        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, close_fds=True, **out)
+        child = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, close_fds=True
+        )
     except (OSError, ValueError, subprocess.SubprocessError) as e:
         missing = isinstance(e, FileNotFoundError) or getattr(e, "errno", None) == errno.ENOENT
         os.write(ready_fd, f"error {127 if missing else 126} {e}\n".encode())
