@@ -189,7 +189,10 @@ def crashing(pieces):
     forward(pieces)
     seen[0] += sum("__eagle3__" not in r.rid for r, _, _ in pieces)
     if lives == 1 and seen[0] >= crash_at:
-        os._exit(3)  # dies with samples still in the hook's buffer, replies unsent
+        # the hook seals a partial shard FLUSH_S (0.5 s) after its last write: let it seal what
+        # was dumped so far (so the resume has something to skip), then die with replies unsent
+        time.sleep(2.0)
+        os._exit(3)
 fake._forward = crashing
 with fake:
     while True:
