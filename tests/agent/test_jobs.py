@@ -326,6 +326,9 @@ def test_timeout(agent: AgentProc) -> None:
 
 def test_lost_when_jobwrap_and_job_are_killed(agent: AgentProc) -> None:
     agent.call("job.start", job_id="victim", shell="echo hi; sleep 60", detach=True)
+    # job.start returns once the shell runs, not once it has echoed: kill only after "hi" is in
+    # the log, or a loaded machine kills the shell first and the log is rightly empty.
+    wait_for(lambda: agent.call("job.status", job_id="victim")["log_size"] == 3, 30, "hi")
     info = agent.call("job.status", job_id="victim")
     assert info["state"] == "running" and info["heartbeat_age_s"] < 5
     os.kill(info["jobwrap_pid"], signal.SIGKILL)

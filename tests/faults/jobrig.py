@@ -4,7 +4,9 @@ count what happened: executions (side-effect files), lines shown (console) and m
 Every step runs `job.py`, which appends its pid to `<work>/exec.<step>` when it starts (so a
 relaunch is counted), prints numbered lines, writes `<work>/done.<step>` when it has run to its
 end, and exits with the code it was given. With `graceful`, SIGTERM makes it finish up and exit
-0 (a trainer that checkpoints on TERM): it still "ran to an exit".
+0 (a trainer that checkpoints on TERM): it still "ran to an exit"; after its lines it keeps
+running until that TERM (30 s at most), so an attack that lands late (a loaded machine) still
+hits this job, never the next step's launch.
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ if graceful == "1":
 for i in range(n):
     print("%s %05d" % (step, i), flush=True)
     time.sleep(dt)
+if graceful == "1":  # runs until told to stop (bounded), so a late stop request still finds it
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
 finish()
 """
 

@@ -80,7 +80,9 @@ def test_supervisor_killed_mid_job_keeps_the_exit(tmp_path, tally):
 
 def test_bound_job_ending_as_its_agent_dies_keeps_its_exit(tmp_path, tally):
     """kill -9 of the agent while a bound job runs; the job (like a trainer that checkpoints on
-    TERM) finishes and exits 0: recorded succeeded with exit 0, run once, never `lost`."""
+    TERM) finishes and exits 0: recorded succeeded with exit 0, run once, never `lost`. The job
+    runs until its stop request, so a kill that lands late on a loaded machine still hits this
+    step, not the next step's launch (a job stopped before it ran is rightly `agent_lost`)."""
     rng = random.Random(11)
     lines = 60
     rig = Rig(tmp_path)
