@@ -97,33 +97,89 @@ def test_two_local_drivers_one_runs(tmp_path, tally):
     assert not breaks, breaks[:2]
 
 
+def _runs(side: Path) -> int:
+    return len(side.read_text().splitlines()) if side.exists() else 0
+
+
+def _never_started(cli: Cli, rec: dict) -> bool:
+    """The box's evidence that the job never ran: its job dir holds no leader (no pgid record,
+    which the supervisor writes the moment the leader runs) and no leader exit."""
+    jd = Path(cli.env["EAGLE_TUI_SPOOL"]) / "jobs" / str(rec.get("job_id"))
+    return jd.is_dir() and not (jd / "pgid").exists() and not (jd / "leader_exit.json").exists()
+
+
+def _kill9_trial(cli: Cli, rb: Path, side: Path, kill_when) -> tuple[bool, tuple]:
+    """kill -9 the driver and its agent once `kill_when()` returns, restart, check the fate."""
+    before = _runs(side)
+    p = subprocess.Popen(
+        cli.cmd("run", "--auto", "--quiet", "--new-run", str(rb)),
+        env=cli.env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # driver + agent in one group: one kill takes both
+    )
+    kill_when()
+    for agent in [st.pid for st in all_procs() if st.ppid == p.pid]:
+        os.kill(agent, signal.SIGKILL)  # its lock record stays, with a dead pid
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    # A job dir left with no supervisor at all stays "starting" for the agent's grace (60 s).
+    out = cli("run", "--auto", "--quiet", str(rb), timeout=150)
+    verify = cli("audit", "verify")
+    rec = cli.state_json()["steps"]["once"]
+    ran = _runs(side) - before
+    if ran == 1:  # it ran (before the kill or on resume): recorded with its exit
+        fate = out.returncode == 0 and rec["status"] == "succeeded" and rec["exit_code"] == 0
+    else:  # it never ran: the kill landed mid launch; unknown to the engine, never relaunched
+        fate = ran == 0 and out.returncode == 1 and rec["status"] == "lost"
+        fate = fate and _never_started(cli, rec)
+    ok = fate and verify.returncode == 0 and "Traceback" not in out.stderr
+    return ok, (ran, rec, out.stdout[-1500:], out.stderr, verify.stderr)
+
+
 def test_kill9_holder_then_restart(tmp_path, tally):
     """kill -9 the driver and its agent at a random moment: the lock is stale (dead pid) and
-    the next driver takes it over, resumes, and the audit still verifies."""
+    the next driver takes it over, resumes, and the audit still verifies. The job's fate is
+    kept: one that ran is recorded `succeeded` and never run twice. A kill that lands inside
+    the job's launch (the agent dies before its supervisor has the job spec, or before it was
+    spawned) leaves a job that never ran and cannot be told from a lost one by the engine: it
+    is `lost` (exit 1), not relaunched, and the box shows it never started (docs/SAFETY.md)."""
     breaks: list = []
     rng = random.Random(99)
     cli = Cli(tmp_path)
     side = tmp_path / "side"
     rb = cli.runbook(RUNBOOK.format(host="", side=side) + "        detach: true\n")
     for i in range(20):
-        p = subprocess.Popen(
-            cli.cmd("run", "--auto", "--quiet", "--new-run", str(rb)),
-            env=cli.env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # driver + agent in one group: one kill takes both
-        )
-        time.sleep(rng.uniform(0.3, 1.4))
-        for agent in [st.pid for st in all_procs() if st.ppid == p.pid]:
-            os.kill(agent, signal.SIGKILL)  # its lock record stays, with a dead pid
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
-        out = cli("run", "--auto", "--quiet", str(rb), timeout=60)
-        verify = cli("audit", "verify")
-        ok = out.returncode == 0 and verify.returncode == 0 and "Traceback" not in out.stderr
+        ok, why = _kill9_trial(cli, rb, side, lambda: time.sleep(rng.uniform(0.3, 1.4)))
         tally.trial("kill -9 holder, restart takes the stale lock", ok)
         if not ok:
-            breaks.append((i, out.stdout[-1500:], out.stderr, verify.stderr))
+            breaks.append((i, *why))
+    assert not breaks, breaks[:2]
+
+
+def test_kill9_holder_mid_job_launch(tmp_path, tally):
+    """The kill aimed at the job's launch: the moment the agent has made the job dir. Whether
+    the supervisor got the spec first or not, the fate is recorded as above: `succeeded` once
+    if it ran, else `lost` with the box showing it never started; never run twice."""
+    breaks: list = []
+    cli = Cli(tmp_path)
+    side = tmp_path / "side"
+    jobs = Path(cli.env["EAGLE_TUI_SPOOL"]) / "jobs"
+    rb = cli.runbook(RUNBOOK.format(host="", side=side) + "        detach: true\n")
+    for i in range(6):
+        seen = {d.name for d in jobs.iterdir()} if jobs.exists() else set()
+
+        def launched(seen: set[str] = seen) -> None:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if jobs.exists() and {d.name for d in jobs.iterdir()} - seen:
+                    return
+                time.sleep(0.0005)
+
+        ok, why = _kill9_trial(cli, rb, side, launched)
+        tally.trial("kill -9 holder mid job launch: fate kept, never run twice", ok)
+        if not ok:
+            breaks.append((i, *why))
     assert not breaks, breaks[:2]
 
 
