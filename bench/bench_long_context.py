@@ -150,20 +150,13 @@ def make_side(side: str, args, device: str):
             opt.zero_grad(set_to_none=True)
 
         return one, config, ctx
-    from bench_specforge import SFStep, add_wheel, cpu_stubs, sf_draft
+    from bench_specforge import SFStep, add_wheel, cpu_stubs, sf_draft_like
 
     add_wheel(Path(args.wheel))
     if device == "cpu":
         cpu_stubs()
     attention = "flex_attention" if device != "cpu" else "sdpa"
-    draft = sf_draft(config, device, attention)
-    with torch.no_grad():
-        draft.embed_tokens.weight.copy_(
-            drafter.embed_tokens.weight.to(draft.embed_tokens.weight.dtype)
-        )
-        draft.freeze_embedding()
-        draft.t2d.copy_(drafter.t2d)
-        draft.d2t.copy_(drafter.d2t)
+    draft = sf_draft_like(drafter, config, device, attention)
     lm_head, draft_ids = ctx.lm_head, ctx.draft_ids
     drafter = params = opt = None  # free our trainer before building SpecForge
     ctx.model = None

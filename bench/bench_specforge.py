@@ -150,6 +150,21 @@ def probe(wheel: Path, device: str) -> dict:
     return out
 
 
+def sf_draft_like(drafter, config: dict, device: str, attention: str):
+    """SpecForge's draft for our drafter: same shapes, our (frozen) embedding and vocab maps."""
+    import torch
+
+    draft = sf_draft(config, device, attention)
+    with torch.no_grad():
+        draft.embed_tokens.weight.copy_(
+            drafter.embed_tokens.weight.to(draft.embed_tokens.weight.dtype)
+        )
+        draft.freeze_embedding()
+        draft.t2d.copy_(drafter.t2d)
+        draft.d2t.copy_(drafter.d2t)
+    return draft
+
+
 def sf_draft(config: dict, device: str, attention: str):
     """SpecForge's draft model for our drafter config (same shapes), bf16 on `device`."""
     import torch
@@ -275,14 +290,7 @@ def worker_throughput(side: str, args) -> dict:
         add_wheel(Path(args.wheel))
         stubs = cpu_stubs() if device == "cpu" else []
         attention = "flex_attention" if device != "cpu" else "sdpa"
-        draft = sf_draft(config, device, attention)
-        with torch.no_grad():
-            draft.embed_tokens.weight.copy_(
-                drafter.embed_tokens.weight.to(draft.embed_tokens.weight.dtype)
-            )
-            draft.freeze_embedding()
-            draft.t2d.copy_(drafter.t2d)
-            draft.d2t.copy_(drafter.d2t)
+        draft = sf_draft_like(drafter, config, device, attention)
         lm_head = ctx.lm_head
         del drafter, ctx, params, opt
         if device == "cuda":
