@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.ssh.sshd import have_sshd
 from tests.support.paths import REPO
 
 CACHE = Path(os.environ.get("EAGLE3_TEST_CACHE", REPO / ".cache"))
@@ -63,3 +64,13 @@ def sglang_wheel() -> Path:
 def sglang_release(request) -> tuple[str, Path]:
     """(version, real wheel) for each supported sglang release: tests using it run per version."""
     return request.param, download_sglang_wheel(request.param)
+
+
+# one place for the sshd skip: a test marked `sshd` runs only where OpenSSH is installed
+def pytest_collection_modifyitems(config, items):
+    if have_sshd():
+        return
+    skip = pytest.mark.skip(reason="OpenSSH sshd/ssh-keygen not installed (.ci/system-deps)")
+    for item in items:
+        if "sshd" in item.keywords:
+            item.add_marker(skip)

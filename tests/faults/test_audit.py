@@ -21,7 +21,7 @@ from runbook.audit import canonical, record_hash
 from tests.runbook.conftest import Cli
 from tests.ssh.conftest import box, ssh_keys  # noqa: F401 - fixtures of the real sshd
 from tests.ssh.helpers import SshCli, write_ssh_config
-from tests.ssh.sshd import have_sshd, kill_tagged
+from tests.ssh.sshd import kill_tagged
 
 RUNBOOK = """\
     name: sealed
@@ -352,7 +352,6 @@ def test_audit_verify_consults_the_box_head_local(base, tmp_path, tally):
 
 
 @pytest.mark.sshd
-@pytest.mark.skipif(not have_sshd(), reason="OpenSSH sshd not installed")
 def test_audit_verify_consults_the_box_head_over_ssh(tmp_path, box, ssh_keys, tally):  # noqa: F811
     known = tmp_path / "known_hosts"
     known.write_text(box.known_hosts_line())

@@ -21,7 +21,7 @@ from runbook.transports import TransportOptions
 from runbook.transports.factory import make_transport_factory
 from tests.ssh.conftest import box, ssh_keys  # noqa: F401 - fixtures of the real sshd
 from tests.ssh.helpers import write_ssh_config
-from tests.ssh.sshd import have_sshd, kill_tagged
+from tests.ssh.sshd import kill_tagged
 
 RUNBOOK = """\
 name: guards
@@ -225,7 +225,6 @@ def test_forbidden_delete_targets_refused_before_anything_runs(tmp_path, tally):
 
 
 @pytest.mark.sshd
-@pytest.mark.skipif(not have_sshd(), reason="OpenSSH sshd not installed")
 def test_stale_guard_and_symlink_target_over_ssh(tmp_path, box, ssh_keys, tally):  # noqa: F811
     """The same attacks with the engine driving the box through the real sshd: the guards are
     re-run by the box's agent in the launching request, and it resolves `link/` itself."""

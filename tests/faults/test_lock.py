@@ -23,7 +23,7 @@ from remote_agent.procs import all_procs
 from tests.runbook.conftest import Cli
 from tests.ssh.conftest import box, box2, ssh_keys  # noqa: F401 - fixtures of the real sshd
 from tests.ssh.helpers import SshCli, write_ssh_config
-from tests.ssh.sshd import have_sshd, kill_tagged
+from tests.ssh.sshd import kill_tagged
 
 HOLDER = re.compile(
     r"^locked: runbook 'duo' in '.+' is being driven by \S+@\S+ pid \d+ since "
@@ -215,7 +215,6 @@ def test_stale_by_boot_id_and_dead_pid(tmp_path, tally):
 
 
 @pytest.mark.sshd
-@pytest.mark.skipif(not have_sshd(), reason="OpenSSH sshd not installed")
 def test_two_drivers_over_ssh_one_runs(tmp_path, box, box2, ssh_keys, tally):  # noqa: F811
     breaks: list = []
     known = tmp_path / "known_hosts"
@@ -307,7 +306,6 @@ MULTI = """\
 
 
 @pytest.mark.sshd
-@pytest.mark.skipif(not have_sshd(), reason="OpenSSH sshd not installed")
 def test_lock_on_every_host_the_steps_use(tmp_path, box, box2, ssh_keys, tally):  # noqa: F811
     """Alice's runbook defaults to box but runs its step on box2; Bob's runs the same work on
     box2 directly. The claim is taken on every host the steps use, so one of them is refused

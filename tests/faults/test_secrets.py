@@ -17,7 +17,7 @@ from runbook.transports.local import scrubbed_env
 from tests.faults.jobrig import wait_for
 from tests.ssh.conftest import box, ssh_keys  # noqa: F401 - fixtures of the real sshd
 from tests.ssh.helpers import SshCli, write_ssh_config
-from tests.ssh.sshd import have_sshd, kill_tagged
+from tests.ssh.sshd import kill_tagged
 
 ALPHA = "abcdefgh\n xyz"  # small alphabet: secrets overlap the text and each other often
 secrets_st = st.lists(st.text(ALPHA, min_size=1, max_size=300), min_size=1, max_size=3)
@@ -166,7 +166,6 @@ def test_box_job_log_is_redacted_local(tmp_path, tally):
 
 
 @pytest.mark.sshd
-@pytest.mark.skipif(not have_sshd(), reason="OpenSSH sshd not installed")
 def test_box_job_log_is_redacted_over_ssh(tmp_path, box, ssh_keys, tally):  # noqa: F811
     known = tmp_path / "known_hosts"
     known.write_text(box.known_hosts_line())

@@ -10,16 +10,7 @@ from pathlib import Path
 import pytest
 
 from .helpers import SshCli, write_ssh_config
-from .sshd import Sshd, have_sshd, keygen, kill_tagged
-
-
-def pytest_collection_modifyitems(config, items):
-    if have_sshd():
-        return
-    skip = pytest.mark.skip(reason="OpenSSH sshd/ssh-keygen not installed (.ci/system-deps)")
-    for item in items:
-        if "sshd" in item.keywords:
-            item.add_marker(skip)
+from .sshd import Sshd, keygen, kill_tagged
 
 
 @pytest.fixture(scope="session")
