@@ -8,13 +8,9 @@ down: its packets vanish silently, as on a dead uplink. Everything is removed on
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import time
 
-
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip", *args], check=check, capture_output=True, text=True)
+from tests.ssh.netns import _ip, delete_namespaces
 
 
 class Lan:
@@ -71,14 +67,5 @@ class Lan:
         return ["ip", "netns", "exec", self.client_ns]
 
     def close(self) -> None:
-        for ns in reversed(self.created):
-            pids = _ip("netns", "pids", ns, check=False).stdout.split()
-            for pid in pids:
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
-            if pids:
-                time.sleep(0.2)
-            _ip("netns", "del", ns, check=False)
-        self.created.clear()
+        self.created.reverse()  # boxes before the hub they hang off
+        delete_namespaces(self.created)

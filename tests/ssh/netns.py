@@ -17,6 +17,22 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["ip", *args], check=check, capture_output=True, text=True)
 
 
+def delete_namespaces(created: list[str]) -> None:
+    """Kill what still runs in each namespace, then delete it (it takes its veth pairs along);
+    empties `created`."""
+    for ns in created:
+        pids = _ip("netns", "pids", ns, check=False).stdout.split()
+        for pid in pids:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+        if pids:
+            time.sleep(0.2)
+        _ip("netns", "del", ns, check=False)
+    created.clear()
+
+
 def have_netns() -> bool:
     if os.geteuid() != 0 or shutil.which("ip") is None:
         return False
@@ -62,14 +78,4 @@ class NetnsPair:
         return ["ip", "netns", "exec", self.client_ns]
 
     def close(self) -> None:
-        for ns in self.created:
-            pids = _ip("netns", "pids", ns, check=False).stdout.split()
-            for pid in pids:
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
-            if pids:
-                time.sleep(0.2)
-            _ip("netns", "del", ns, check=False)  # takes the veth pair with it
-        self.created.clear()
+        delete_namespaces(self.created)
