@@ -76,6 +76,13 @@ if os.environ.get("EAGLE3_SGLANG_SHIMS"):
 PYX
 export PYTHONPATH=${FIRST}$ST/site:$PWD
 STUBS=""
+# the optional modules the image lacked on 2026-12-02 (stubbed up front: each probe below costs a
+# full sglang import); the loop still finds any other
+for m in IPython jsonschema soundfile; do
+  python3 -c "import $m" 2>/dev/null && continue
+  STUBS="$STUBS $m"; mkdir -p $ST/mods/$m
+  printf 'def __getattr__(n):\n    if n.startswith("__"): raise AttributeError(n)\n    return type(n, (), {"__init__": lambda s,*a,**k: None, "__call__": lambda s,*a,**k: None})\n' > $ST/mods/$m/__init__.py
+done
 for i in $(seq 30); do  # optional modules not carried are stubbed and listed in the results
   err=$(EAGLE3_SGLANG_SHIMS=1 python3 -c "import sglang.srt.models.deepseek_v2, sglang.srt.entrypoints.http_server, sglang.srt.models.llama_eagle3" 2>&1 | grep -oE "No module named '[^']+'" | head -1 | sed "s/No module named '//; s/'//")
   [ -z "$err" ] && break
@@ -84,6 +91,15 @@ for i in $(seq 30); do  # optional modules not carried are stubbed and listed in
 done
 echo "stubs:$STUBS"
 python3 -c "import eagle_tui.cli" > $OUT/engine-import.log 2>&1; ENGINE=$?
+# flashinfer compiles its kernels on first use (nvcc + ninja of the image): build the two the
+# servers need (RMSNorm, DeepSeek's fused top-k routing) while the target trains; a server that
+# gets there first waits on flashinfer's build lock instead of failing
+( EAGLE3_SGLANG_SHIMS=1 timeout 400 python3 -c "
+import time; t = time.time()
+from flashinfer.norm import get_norm_module; get_norm_module(); print('norm', round(time.time() - t, 1), flush=True)
+from flashinfer.fused_moe.fused_routing_dsv3 import get_dsv3_fused_routing_module
+get_dsv3_fused_routing_module(); print('dsv3 routing', round(time.time() - t, 1), flush=True)
+" > $OUT/jit-warm.log 2>&1; echo "rc=$?" >> $OUT/jit-warm.log ) &
 stage_end staging
 
 # ---- the pipeline, through the runbook engine (per-step seconds and errors in its state) ----
@@ -125,6 +141,19 @@ fi
 stage_end runbook
 python3 -m eagle_tui.cli status --state-dir $STATE --json > $OUT/state.json 2> $OUT/state.err
 
+# ---- a server step that died: its log tail, then the same launch with the hook off and with
+# no drafter at all (which part breaks), as long as the device's 10 minutes allow ----
+for step in extraction-server serve-drafter; do
+  st=$(python3 -c "import json,sys; print(json.load(open('$OUT/state.json'))['steps']['$step']['status'])" 2>/dev/null)
+  [ "$st" = failed ] || [ "$st" = lost ] || continue
+  left=$(( t0 + 590 - $(date +%s) - 40 ))
+  [ $left -gt 60 ] || { echo "no time to diagnose $step"; continue; }
+  stage_start diag-$step
+  python3 bench/gpu_sglang_check.py diag-launch --state $OUT/state.json --step $step \
+    --out $OUT/diag/$step.json --wait-s $(( left / 2 < 110 ? left / 2 : 110 ))
+  stage_end diag-$step
+done
+
 # ---- guards that run whatever the runbook reached: the patch is reverted, bytes checked ----
 stage_start revert-guard
 python3 -m remote_agent.eagle3 patch status --target $T --json > $OUT/patch-status-end.json 2> $OUT/patch-status-end.err
@@ -150,4 +179,23 @@ print(json.dumps({
 PY
 python3 bench/gpu_sglang_check.py report --work $WORK --state $OUT/state.json --extra $OUT/extra.json \
   --out $OUT/sglang-real.json
+# the device returns at most 8 files: everything else travels in one archive
+python3 - "$OUT/state.json" <<'PY'
+import json, sys
+try:
+    steps = json.load(open(sys.argv[1]))["steps"]
+except Exception as exc:
+    sys.exit(f"no state: {exc}")
+for sid, rec in steps.items():
+    if rec.get("status") in ("failed", "lost") and rec.get("log_file"):
+        print(f"== {sid} {rec['status']}: {rec.get('reason')} {rec.get('message') or ''}")
+        try:
+            print("\n".join(open(rec["log_file"], errors="replace").read().splitlines()[-40:]))
+        except OSError as exc:
+            print(exc)
+PY
+( cd $OUT && tar czf bundle.tgz --warning=no-file-changed --exclude=bundle.tgz \
+    --exclude=sglang-real.json --exclude=runbook.log . ; [ $? -le 1 ] \
+  && find . -mindepth 1 -maxdepth 1 ! -name bundle.tgz ! -name sglang-real.json ! -name runbook.log \
+     -exec rm -rf {} + )
 echo "total $(( $(date +%s) - t0 ))s"

@@ -7,12 +7,17 @@ kept here so they run and are tested on CPU too (tests/eagle3/serving/test_gpu_s
     python bench/gpu_sglang_check.py compare-dumps REF SGL --out F.json
     python bench/gpu_sglang_check.py reference-accept --target T --drafter D --prompts P --out F
     python bench/gpu_sglang_check.py report --work W --state S --out sglang-real.json
+    python bench/gpu_sglang_check.py diag-launch --state S --step ID --out F.json [--variant V]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
+import signal
+import subprocess
 import sys
 import time
 import urllib.request
@@ -318,6 +323,107 @@ def runnable(state: Path, runbook: Path, tried: set[str]) -> list[str]:
     ]
 
 
+# ---- when a server step died: the same launch by hand, variant by variant, with its log ----
+
+SPEC_FLAGS = {  # flag -> how many values follow it
+    "--speculative-algorithm": 1,
+    "--speculative-draft-model-path": 1,
+    "--speculative-num-steps": 1,
+    "--speculative-eagle-topk": 1,
+    "--speculative-num-draft-tokens": 1,
+}
+
+
+def launch_line(step_command: str) -> tuple[dict[str, str], list[str]]:
+    """The environment and argv `eagle3 sglang-launch ...` would exec, from its own `--print`."""
+    out = subprocess.run(
+        ["bash", "-c", step_command + " --print"], capture_output=True, text=True, timeout=120
+    )
+    for line in out.stdout.splitlines():
+        if line.startswith("launching: "):
+            words = shlex.split(line[len("launching: ") :])
+            env = {}
+            while words and "=" in words[0] and not words[0].startswith("-"):
+                k, _, v = words.pop(0).partition("=")
+                env[k] = v
+            # this interpreter: the step's `python` may be a link that only the job's PATH
+            # resolves to the environment holding torch
+            return env, [sys.executable, *words[1:]]
+    raise SystemExit(
+        f"no launch line from {step_command!r}: {out.stdout[-500:]}{out.stderr[-2000:]}"
+    )
+
+
+def variant_argv(argv: list[str], variant: str, port: int) -> list[str]:
+    """`hook-off`: as launched; `no-spec`: without the speculative flags (the plain target)."""
+    out, i = [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--port":
+            out += [a, str(port)]
+            i += 2
+            continue
+        if variant == "no-spec" and a in SPEC_FLAGS:
+            i += 1 + SPEC_FLAGS[a]
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
+def try_launch(
+    env: dict[str, str], argv: list[str], log: Path, port: int, wait_s: float
+) -> dict[str, Any]:
+    """Start it in its own group, wait for /health (or its exit), stop the group, report."""
+    t0 = time.time()
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(
+            argv,
+            env={**os.environ, **env},
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    ready = False
+    while time.time() - t0 < wait_s and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+                ready = r.status == 200
+        except OSError:
+            pass
+        if ready:
+            break
+        time.sleep(2)
+    code = proc.poll()
+    if code is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return {
+        "ready": ready,
+        "exit_code": code,
+        "seconds": round(time.time() - t0, 1),
+        "log_tail": (_text(log, 8000) or "").splitlines()[-60:],
+    }
+
+
+def diag_launch(
+    state: Path, step: str, out_dir: Path, variants: list[str], port: int, wait_s: float
+) -> dict[str, Any]:
+    rec = (_load(state).get("steps") or {}).get(step) or {}
+    if not rec.get("command"):
+        return {"error": f"no command recorded for {step}"}
+    env, argv = launch_line(rec["command"])
+    res: dict[str, Any] = {"step": step, "env": env, "argv": argv, "variants": {}}
+    for v in variants:
+        venv = {} if v in ("hook-off", "no-spec") else env
+        out_dir.mkdir(parents=True, exist_ok=True)
+        r = try_launch(venv, variant_argv(argv, v, port), out_dir / f"diag-{v}.log", port, wait_s)
+        res["variants"][v] = r
+        print(f"== diag {step} [{v}]: ready={r['ready']} exit={r['exit_code']} {r['seconds']}s")
+        print("\n".join(r["log_tail"][-40:]), flush=True)
+    return res
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -348,6 +454,13 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--state", type=Path, required=True)
     s.add_argument("--runbook", type=Path, default=REPO / "runbooks" / "gpu-sglang-check.yaml")
     s.add_argument("--tried", default="", help="space-separated ids already tried")
+    s = sub.add_parser("diag-launch")
+    s.add_argument("--state", type=Path, required=True)
+    s.add_argument("--step", required=True)
+    s.add_argument("--out", type=Path, required=True)
+    s.add_argument("--variant", action="append", default=[])
+    s.add_argument("--port", type=int, default=30011)
+    s.add_argument("--wait-s", type=float, default=100)
     s = sub.add_parser("report")
     s.add_argument("--work", type=Path, required=True)
     s.add_argument("--state", type=Path, required=True, help="eagle-tui status --json output")
@@ -372,7 +485,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "runnable":
         print(" ".join(runnable(a.state, a.runbook, set(a.tried.split()))))
         return 0
-    if a.cmd == "compare-dumps":
+    if a.cmd == "diag-launch":
+        variants = a.variant or ["hook-off", "no-spec"]
+        r = diag_launch(a.state, a.step, a.out.parent, variants, a.port, a.wait_s)
+    elif a.cmd == "compare-dumps":
         r = compare_dumps(a.ref, a.sgl)
     elif a.cmd == "reference-accept":
         r = reference_accept(

@@ -72,6 +72,7 @@ def command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
             f"serve mode needs --draft DIR with an exported drafter (config.json); got {args.draft}"
         )
     refuse_short_drafter(args)
+    refuse_dtype_mismatch(args)
     cmd = [
         sys.executable,
         "-m",
@@ -123,6 +124,8 @@ def extract_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]
                 f"{served} (its eagle_config); drop --layers or export a drafter for {layers}"
             )
         layers = served
+    if args.draft is not None:
+        refuse_dtype_mismatch(args)
     cmd = launch_command(
         args.model,
         args.port,
@@ -151,6 +154,16 @@ def refuse_short_drafter(args: argparse.Namespace) -> None:
         if value is not None and value.isdigit():
             target_len = int(value)
     why = mismatch(read_config(args.draft), target_len)
+    if why:
+        raise BadInput(f"{args.draft / 'config.json'} vs {args.model / 'config.json'}: {why}")
+
+
+def refuse_dtype_mismatch(args: argparse.Namespace) -> None:
+    """SGLang runs target and drafter at one `--dtype`; `auto` can split them (float32 target)."""
+    from remote_agent.eagle3.drafter.context import read_config
+    from remote_agent.eagle3.drafter.serve_dtype import dtype_mismatch
+
+    why = dtype_mismatch(read_config(args.model), read_config(args.draft), list(args.arg))
     if why:
         raise BadInput(f"{args.draft / 'config.json'} vs {args.model / 'config.json'}: {why}")
 

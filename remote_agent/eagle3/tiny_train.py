@@ -81,6 +81,10 @@ def train_target(
         progress.advance(1, loss=round(loss_value, 4))
     progress.finish(loss=round(loss_value, 4))
     model.eval()
+    if use_amp:
+        # saved the way real targets ship (Kimi-K2.5: bfloat16): SGLang's `--dtype auto` would run
+        # a float32 checkpoint in float16, beside a bfloat16 drafter (serve_dtype.py)
+        model.to(torch.bfloat16)
     model.save_pretrained(str(model_dir), safe_serialization=True)
     tokens = steps * batch * seq_len
     return {
