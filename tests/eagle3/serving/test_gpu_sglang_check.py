@@ -203,6 +203,19 @@ def test_script_shell_is_sound():
     assert "STAGE" in text and "rich" in text  # the engine's deps are listed for the integrator
 
 
+def test_flashinfers_jit_sources_travel_and_are_built_before_the_server():
+    """Found on the H200: flashinfer JIT-compiles RMSNorm (sgl_kernel's rmsnorm goes through it)
+    and DeepSeek's top-k routing at the first batch; staged without flashinfer/data the scheduler
+    died on a missing norm.cu and SGLang killed its own tree (exit 137)."""
+    stage = (REPO / "bench" / "stage_sglang.sh").read_text()
+    removed = [line for line in stage.splitlines() if line.strip().startswith(("rm ", "rm -"))]
+    assert removed and not any("flashinfer" in line for line in removed), removed
+    text = SCRIPT.read_text()
+    assert "get_norm_module()" in text and "get_dsv3_fused_routing_module()" in text
+    warm = text.index("get_norm_module()")
+    assert warm < text.index("stage_start runbook")  # built while the target trains
+
+
 def test_server_info_records_the_served_context_length(check, tmp_path):
     """0.5.14's /server_info has no context_length: /v1/models' max_model_len is recorded (a
     local http.server answering with those two documents; SGLang itself runs on the GPU)."""
@@ -268,3 +281,31 @@ def test_after_a_failure_only_steps_whose_requires_succeeded_run(check, tmp_path
     state.write_text(json.dumps({"steps": steps}))
     assert check.runnable(state, RUNBOOK, set()) == ["accept-prompts"]
     assert check.runnable(state, RUNBOOK, {"accept-prompts"}) == []
+
+
+def test_diag_launch_relaunches_a_dead_server_by_variant(check, tmp_path):
+    """A server step that died is started again from its own `--print` line: hook-off drops the
+    dump environment, no-spec the drafter flags, both on another port; a process that exits
+    before /health answers is reported with its exit code and log tail (a real child here: a
+    python that prints and exits 3 stands in for sglang.launch_server, which cannot run on CPU)."""
+    fake = tmp_path / "sglang_fake.py"
+    fake.write_text(
+        "import os, sys\nprint('ARGV', sys.argv[1:], 'DUMP', os.environ.get('EAGLE3_DUMP_DIR'))\nsys.exit(3)\n"
+    )
+    step = (
+        f"echo 'launching: EAGLE3_DUMP_DIR=/d EAGLE3_DUMP_LAYER_IDS=2,4,5 python {fake} "
+        "--port 30000 --speculative-algorithm EAGLE3 --speculative-draft-model-path /x "
+        "--speculative-num-steps 1 --disable-radix-cache'; true"
+    )
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"steps": {"extraction-server": {"command": step}}}))
+    r = check.diag_launch(
+        state, "extraction-server", tmp_path / "diag", ["hook-off", "no-spec"], 30999, 20
+    )
+    assert r["env"] == {"EAGLE3_DUMP_DIR": "/d", "EAGLE3_DUMP_LAYER_IDS": "2,4,5"}
+    hook_off, no_spec = r["variants"]["hook-off"], r["variants"]["no-spec"]
+    assert hook_off["exit_code"] == 3 and not hook_off["ready"]
+    assert "DUMP None" in hook_off["log_tail"][0] and "'30999'" in hook_off["log_tail"][0]
+    assert "--speculative-algorithm" in hook_off["log_tail"][0]
+    assert "--speculative" not in no_spec["log_tail"][0]
+    assert "--disable-radix-cache" in no_spec["log_tail"][0]

@@ -13,7 +13,6 @@ import json
 import logging
 import zipfile
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -32,7 +31,9 @@ def real_dtype(sglang_release):
     with zipfile.ZipFile(wheel) as z:
         text = z.read("sglang/srt/configs/model_config.py").decode()
     body = ast.parse(text).body
-    fn = next(n for n in body if isinstance(n, ast.FunctionDef) and n.name == "_get_and_verify_dtype")
+    fn = next(
+        n for n in body if isinstance(n, ast.FunctionDef) and n.name == "_get_and_verify_dtype"
+    )
     table = next(
         n
         for n in body
@@ -112,4 +113,7 @@ def test_launch_accepts_once_dtype_makes_them_agree(tmp_path, mode, capsys):
 def test_a_bf16_target_and_drafter_need_no_flag():
     assert dtype_mismatch({"dtype": "bfloat16"}, {"torch_dtype": "bfloat16"}, []) is None
     # Kimi-K2.5 wraps its language model: the text config decides
-    assert dtype_mismatch({"text_config": {"dtype": "bfloat16"}}, {"torch_dtype": "bfloat16"}, []) is None
+    assert (
+        dtype_mismatch({"text_config": {"dtype": "bfloat16"}}, {"torch_dtype": "bfloat16"}, [])
+        is None
+    )
