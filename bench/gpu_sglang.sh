@@ -6,7 +6,8 @@
 # reference, drafter trained on the SGLang dumps, `sglang-launch serve` (EAGLE3), serve-check,
 # accept vs the reference decoder, revert + byte check. -> $OUT/sglang-real.json + logs.
 #   run: carry [".whl"], command: bash bench/gpu_sglang.sh          (SIZES=quick for a smoke run;
-#   BUDGET_S=560: staging + runbook stop by then so the report is always written)
+#   BUDGET_S=560: staging + runbook stop by then so the report is always written; RESUME=1 on
+#   the still-warm machine continues that run; a step left `lost` reruns only by `--only STEP`)
 #
 # STAGE (the integrator puts these in .whl/sgl/, one carry), either
 #   .whl/sgl/site.tar.xz         bench/stage_sglang.sh: sglang 0.5.14, its slim kernel, the serving
@@ -32,10 +33,18 @@ stage_end() { SECS[$1]=$(( $(date +%s) - ts )); }
 
 # ---- staging (a warm machine keeps /tmp: start clean) ----
 stage_start staging
-rm -rf $S $ST $WORK $STATE; mkdir -p $S $ST $BIN
+# RESUME=1 on a machine still warm from a run cut by the device's 10 minutes: keep the staged
+# site, the work and the run state, and continue that run (`--run latest`) where it stopped
+if [ "${RESUME:-}" = 1 ] && [ -d $STATE/runs ] && [ -f $S/sglang/version.py ]; then
+  RESUMING=1; rm -rf $ST; mkdir -p $ST $BIN
+else
+  RESUMING=""; rm -rf $S $ST $WORK $STATE; mkdir -p $S $ST $BIN
+fi
 ln -sf "$(command -v python3)" $BIN/python  # runbook steps say `python`
 export PATH=$BIN:$PATH
-if [ -f $W/site.tar.xz ]; then
+if [ -n "$RESUMING" ]; then
+  FIRST=""; echo "resuming: staged site kept" > $OUT/staging.log
+elif [ -f $W/site.tar.xz ]; then
   tar xJf $W/site.tar.xz -C $S; FIRST=""; echo "staged site.tar.xz" > $OUT/staging.log
 else
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $S $W/wheels/*.whl \
@@ -121,7 +130,7 @@ run_rb() {  # run_rb [--only STEP]: the engine, bounded by what is left of the b
     --auto --yes --quiet --state-dir $STATE "${SETS[@]}" "$@" >> $OUT/runbook.log 2>&1
 }
 if [ $ENGINE -eq 0 ]; then
-  run_rb; RBRC=$?
+  if [ -n "$RESUMING" ]; then run_rb --run latest; else run_rb; fi; RBRC=$?
 else
   echo "eagle-tui does not import (deps not staged?): see engine-import.log" > $OUT/runbook.log
 fi
@@ -135,7 +144,7 @@ if [ $ENGINE -eq 0 ] && [ $RBRC -ne 0 ] && [ $RBRC -ne 124 ]; then
     next=$(python3 bench/gpu_sglang_check.py runnable --state $OUT/state-now.json --tried "$TRIED" | cut -d' ' -f1)
     [ -z "$next" ] && break
     TRIED="$TRIED $next"; echo "== --only $next" >> $OUT/runbook.log
-    run_rb --only $next || [ $? -ne 124 ] || break
+    run_rb --run latest --only $next || [ $? -ne 124 ] || break
   done
 fi
 stage_end runbook
