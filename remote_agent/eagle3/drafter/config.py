@@ -178,6 +178,17 @@ class TrainSection:
         "layer in backward)",
         False,
     )
+    cast_weights_once: bool = doc(
+        "bf16: the layer's matrices are cast once per step and shared by the TTT steps instead "
+        "of a saved copy per TTT step (exact: gradients still sum in fp32; ~1.4 GiB per TTT step "
+        "less at the Kimi shape; not with parallel: fsdp)",
+        False,
+    )
+    recompute_elementwise: bool = doc(
+        "the fp32 TTT-diagonal merge and the RMSNorm before the draft lm_head keep only their "
+        "inputs and are recomputed in backward (exact; elementwise work only)",
+        False,
+    )
     teacher_fp32: bool = doc("compute teacher logits in fp32 (slower; bf16 matches serving)", False)
     log_every: int = doc("emit a metrics line every N steps", 10)
     save_every: int = doc("checkpoint every N steps (0 = only at the end)", 500)

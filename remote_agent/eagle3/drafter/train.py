@@ -110,6 +110,8 @@ def train(cfg: Config) -> dict[str, Any]:
     tc = cfg.train
     d, bf16, backend = _devices(tc)
     device = d.device
+    if tc.cast_weights_once and tc.parallel == "fsdp" and d.world > 1:
+        raise BadInput("train.cast_weights_once does not combine with train.parallel: fsdp")
     out_dir = Path(tc.out_dir)
     ckpt_dir = out_dir / "checkpoints"
     plan = _plan(cfg, d)
@@ -125,8 +127,9 @@ def train(cfg: Config) -> dict[str, Any]:
     res = train_state.resume(cfg, ckpt_dir, drafter, d)  # weights now, optimizer after wrapping
     global_step = res.global_step
     step_module = TTTStep(
-        drafter, tc.ttt_steps, tc.loss_chunk, tc.checkpoint_ttt_steps, tc.loss_recompute
-    )
+        drafter, tc.ttt_steps, tc.loss_chunk, tc.checkpoint_ttt_steps, tc.loss_recompute,
+        tc.cast_weights_once, tc.recompute_elementwise,
+    )  # fmt: skip
     if device.type == "cuda" and tc.compile:
         compile_layer(drafter, tc.checkpoint_ttt_steps)
     model = wrap(step_module, d, tc.parallel, bf16)

@@ -15,7 +15,12 @@ from remote_agent.eagle3.drafter.loss import soft_ce, soft_ce_reference
 from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep, forward_backward
 
 
-def run(arch: str, backend: str, skip: bool, checkpoint: bool, recompute: bool):
+def run(
+    arch: str, backend: str, skip: bool, checkpoint: bool, recompute: bool,
+    cast: bool = False, elementwise: bool = False, bf16: bool = False, hook=None,
+):  # fmt: skip
+    """One trainer step; bf16: under CPU bf16 autocast without its cast cache (a cast per use,
+    as the compiled GPU step does), the fp32 masters and aux as the trainer keeps them."""
     torch.manual_seed(0)
     drafter = model_drafter(arch, draft_vocab=60)
     lm_head, t2d = vocab()
@@ -24,25 +29,43 @@ def run(arch: str, backend: str, skip: bool, checkpoint: bool, recompute: bool):
     tc = TrainSection(ttt_steps=4, skip_idle_rows=skip, device="cpu")
     step_w = [tc.step_weight**k for k in range(tc.ttt_steps)]
     module = TTTStep(
-        drafter, tc.ttt_steps, 7, checkpoint_steps=checkpoint, loss_recompute=recompute
-    )
+        drafter, tc.ttt_steps, 7, checkpoint_steps=checkpoint, loss_recompute=recompute,
+        cast_weights_once=cast, recompute_elementwise=elementwise,
+    )  # fmt: skip
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16, cache_enabled=False)
     ctx = StepContext(
         module,
-        lm_head,
+        lm_head.to(torch.bfloat16) if bf16 else lm_head,
         drafter.draft_ids(),
         drafter.t2d,
         tc.ttt_steps,
         step_w,
         drafter.midlayer.self_attn.scale,
         backend,
-        torch.autocast("cpu", enabled=False),
-        False,
+        autocast,
+        bf16,
         Dist(),
         tc,
     )
-    out = forward_backward(ctx, chat_batch(), 0)
+    b = chat_batch()
+    if bf16:
+        b.aux, b.final = b.aux.to(torch.bfloat16), b.final.to(torch.bfloat16)
+    if hook is None:
+        out = forward_backward(ctx, b, 0)
+    else:
+        with torch.autograd.graph.saved_tensors_hooks(hook, lambda t: t):
+            out = forward_backward(ctx, b, 0)
     grads = {k: p.grad.clone() for k, p in drafter.named_parameters() if p.grad is not None}
     return out, grads
+
+
+def assert_same(lean, g_lean, plain, g_plain, rtol=1e-4, atol=1e-6, loss_rtol=1e-5):
+    for a, b in zip(lean.losses, plain.losses, strict=True):
+        torch.testing.assert_close(a, b, rtol=loss_rtol, atol=atol)
+    assert g_lean.keys() == g_plain.keys() and len(g_plain) > 5
+    for name, g in g_plain.items():
+        assert g.abs().sum() > 0 or name.endswith("bias"), name
+        torch.testing.assert_close(g_lean[name], g, rtol=rtol, atol=atol, msg=name)
 
 
 @pytest.mark.parametrize("arch", ["llama", "mla"])
@@ -63,6 +86,62 @@ def test_memory_options_equal_the_plain_unroll(arch, skip, checkpoint, recompute
         torch.testing.assert_close(g_lean[name], g, rtol=1e-4, atol=1e-6, msg=name)
     for a, b in zip(lean.args, plain.args, strict=True):
         assert torch.equal(a, b)
+
+
+MIDDLE = {  # (checkpoint, recompute, cast, elementwise)
+    "cast": (False, False, True, False),
+    "elementwise": (False, False, False, True),
+    "mid": (False, False, True, True),
+    "mid+recomp": (False, True, True, True),
+    "all": (True, True, True, True),
+}
+
+
+@pytest.mark.parametrize("arch", ["llama", "mla"])
+@pytest.mark.parametrize("skip", [False, True])
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("opts", list(MIDDLE), ids=list(MIDDLE))
+def test_middle_options_equal_the_plain_unroll(arch, skip, bf16, opts):
+    """cast_weights_once and recompute_elementwise (alone, together, with the lean options):
+    the plain unroll's losses, gradients and draft argmax, in fp32 and under bf16 autocast. In
+    bf16 the reference has the same lean options (loss_recompute rounds its logit gradient at
+    another point than the kept one: an fp32 match only, tested above)."""
+    checkpoint, recompute = MIDDLE[opts][:2]
+    ref = (checkpoint, recompute) if bf16 else (False, False)
+    plain, g_plain = run(arch, "chunked", skip, *ref, bf16=bf16)
+    lean, g_lean = run(arch, "chunked", skip, *MIDDLE[opts], bf16=bf16)
+    if bf16:  # the same bf16 matrices, kernels and fp32 gradient sums: bit for bit
+        assert_same(lean, g_lean, plain, g_plain, rtol=0, atol=0, loss_rtol=0)
+    else:
+        assert_same(lean, g_lean, plain, g_plain)
+    for a, b in zip(lean.args, plain.args, strict=True):
+        assert torch.equal(a, b)
+
+
+def saved_bytes(**opts) -> int:
+    """Bytes of the distinct storages autograd keeps during one bf16 step's forward."""
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        if torch._C._current_graph_task_id() == -1:  # forward, not checkpoint recomputation
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    run("llama", "chunked", False, False, False, bf16=True, hook=pack, **opts)
+    return sum(seen.values())
+
+
+def test_middle_options_keep_less_for_backward():
+    """The savings are real: one bf16 copy of the layer's matrices instead of one per TTT step
+    (4 steps: 3 copies fewer), and no fp32 merge or loss-norm insides."""
+    drafter = model_drafter("llama", draft_vocab=60)
+    matrices = sum(p.numel() * 2 for p in drafter.midlayer.parameters() if p.ndim == 2)
+    plain = saved_bytes()
+    cast = saved_bytes(cast=True)
+    assert plain - cast >= 3 * matrices
+    elementwise = saved_bytes(elementwise=True)
+    assert elementwise < plain * 0.9
+    assert saved_bytes(cast=True, elementwise=True) < min(cast, elementwise)
 
 
 @pytest.mark.parametrize("chunk", [1, 5, 64])
