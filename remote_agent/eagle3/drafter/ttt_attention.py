@@ -106,9 +106,9 @@ class TTTAttention:
     def __call__(self, q, k0, v0, ks, vs):
         o0, lse0 = self.causal(q, k0, v0)
         if self.recompute_merge and ks:
-            from remote_agent.eagle3.drafter.memory import recomputed
+            from remote_agent.eagle3.drafter.memory import merge_recomputed
 
-            return recomputed(merge_diagonal, o0, lse0, q, list(ks), list(vs), self.scale)
+            return merge_recomputed(o0, lse0, q, ks, vs, self.scale)
         return merge_diagonal(o0, lse0, q, ks, vs, self.scale)
 
 
