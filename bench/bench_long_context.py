@@ -290,7 +290,7 @@ class Run:
             self.save()
 
     def admit(self, side: str, eq_end: float) -> bool:
-        if time.time() > eq_end - 30:
+        if time.time() > eq_end - (5 if self.tiny else 30):  # too late to be worth starting
             return False
         running = [
             r for r in self.pool.live if r != "accept" and not (r == "sf" and self.sf_waiting())
@@ -400,6 +400,12 @@ class Run:
             name: detail[name].get("max_ok") for name in ("ours", "specforge") if name in detail
         }
         ms.setdefault("specforge", None)
+        for name in ("ours", "specforge"):  # why a length is missing
+            d = detail.get(name, {})
+            if ms.get(name) is None:
+                ms[f"{name}_note"] = (
+                    d.get("cut") or (d.get("failure") or {}).get("error") or "no success"
+                )
         if ms.get("ours") and ms.get("specforge"):
             ms["ratio"] = round(ms["ours"] / ms["specforge"], 2)
         ms["goal"] = ">= 65536 tokens and >= 2x SpecForge's"
@@ -454,7 +460,7 @@ class Run:
                     "options": "ours_lean: " + ", ".join(trials.OPTION_SETS["ours_lean"])
                 }
             else:
-                why = t.get("error") or t.get("skipped") or "cut: not reached in the budget"
+                why = t.get("error") or t.get("skipped") or "not reached in the budget"
                 self.report[label] = {"seq": seq, "cut" if "error" not in t else "error": why}
 
 

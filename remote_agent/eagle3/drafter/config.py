@@ -161,6 +161,13 @@ class TrainSection:
         "ddp",
         choices=("ddp", "fsdp"),
     )
+    sequence_parallel: bool = doc(
+        "under torchrun: every rank trains the same packed batch, each its contiguous share of "
+        "the positions (any rank count; gradients summed over ranks: exactly the one-rank step); "
+        "for samples too long for one GPU. Chunked attention, no idle-row skipping, not with "
+        "parallel: fsdp",
+        False,
+    )
     skip_idle_rows: bool = doc(
         "run TTT steps >= 1 and the draft lm_head only at positions with loss (or counted by the "
         "simulated acceptance); exact: same loss, gradients and metrics, less compute on prompts",

@@ -43,8 +43,8 @@ def test_probes_follow_the_memory_fit():
 def test_the_gate_pauses_every_other_worker(tmp_path):
     ticks = tmp_path / "ticks"
     loop = (
-        "import time, pathlib\np = pathlib.Path(%r)\ni = 0\n"
-        "while True:\n    i += 1\n    p.write_text(str(i))\n    time.sleep(0.01)\n" % str(ticks)
+        f"import time, pathlib\np = pathlib.Path({str(ticks)!r})\ni = 0\n"
+        "while True:\n    i += 1\n    p.write_text(str(i))\n    time.sleep(0.01)\n"
     )
     child = subprocess.Popen([sys.executable, "-c", loop], start_new_session=True)
     try:
