@@ -98,7 +98,8 @@ FRESH_MIN_S = {
 MARGIN_S = 12  # writing the result and exiting
 PENDING = "pending: the run was stopped before this part ended"
 OURS_LADDER, SF_LADDER = [16 * K, 32 * K], [16 * K, 32 * K]
-TINY = dict(seq4=256, ours=[512, 1024], sf=[512, 1024], step=128, t16=512, t32=1024)
+TINY_SEQ4, TINY_STEP, TINY_T16, TINY_T32 = 256, 128, 512, 1024
+TINY_OURS, TINY_SF = [512, 1024], [512, 1024]
 
 
 def _env(args) -> dict:
@@ -220,7 +221,7 @@ class Run:
         save_result(self.args.out, self.report)
 
     def seq4(self) -> int:
-        return TINY["seq4"] if self.tiny else 4 * K
+        return TINY_SEQ4 if self.tiny else 4 * K
 
     # part 1 (+ accept beside it)
 
@@ -247,7 +248,7 @@ class Run:
                     sf_role = "sf"
                     extra = base + ["--go-file", str(Path(a.work) / "go-sf")]
                     if "maxseq" in parts:
-                        sf_l = TINY["sf"] if self.tiny else SF_LADDER
+                        sf_l = TINY_SF if self.tiny else SF_LADDER
                         extra += ["--then-seqs", ",".join(map(str, sf_l)), "--then-timed", "0"]
                         extra += ["--search", "--step", str(self.step())]
                     # alive past part 1 (kept compiled for max_seq); its 4K must be done by eq_end
@@ -350,7 +351,7 @@ class Run:
     # part 2
 
     def step(self) -> int:
-        return TINY["step"] if self.tiny else 4096
+        return TINY_STEP if self.tiny else 4096
 
     def max_seq(self) -> None:
         a, pool = self.args, self.pool
@@ -370,13 +371,13 @@ class Run:
         elif self.sf_ok:
             detail["specforge"] = {"cut": "its 4K child did not reach max_seq"}
         # ours: a fresh child, lean options (the 4K lean child filled the compile cache)
-        ours_l = TINY["ours"] if self.tiny else OURS_LADDER
+        ours_l = TINY_OURS if self.tiny else OURS_LADDER
         allowed = self.end - time.time()
         self.plan["max_seq"]["ours_share_s"] = round(allowed)
         extra = [
             "--side", "ours_lean", "--seqs", ",".join(map(str, ours_l)), "--timed", "2",
             "--warmup", "1", "--search", "--step", str(self.step()),
-            "--timed-max-seq", str(TINY["t32"] if self.tiny else 32 * K),
+            "--timed-max-seq", str(TINY_T32 if self.tiny else 32 * K),
             "--worker-budget-s", str(max(allowed - 40, 10)),
         ]  # fmt: skip
         ours_trials: list[dict] = []
@@ -453,7 +454,7 @@ class Run:
         )
         for label, seq in (("throughput_16k", 16 * K), ("throughput_32k", 32 * K)):
             if self.tiny:
-                seq = TINY["t16"] if seq == 16 * K else TINY["t32"]
+                seq = TINY_T16 if seq == 16 * K else TINY_T32
             t = by_seq.get(seq, {})
             if t.get("ok") and t.get("tokens_per_s"):
                 self.report[label] = {k: t.get(k) for k in keys} | {
@@ -524,7 +525,7 @@ def summary_4k(res: dict, seq: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--device", choices=("cuda", "cpu"))
     p.add_argument("--tiny", action="store_true", help="tiny shapes and lengths (CPU rehearsal)")
     p.add_argument("--budget-s", type=float, default=530, help="wall-clock budget of the run")

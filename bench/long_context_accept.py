@@ -69,7 +69,7 @@ def tiny_target(args, work: Path) -> tuple[Path, dict]:
 
 
 # (samples, prompt tokens) of short, long and held-out prompts; new tokens; budget; vocab; TTT
-SIZES = {
+SIZES: dict[str, dict[str, Any]] = {
     "tiny": dict(short=(24, (16, 48)), long=(6, (256, 900)), eval=8, new=16, budget=256,
                  vocab=256, ttt=3),
     "gpu": dict(short=(160, (32, 200)), long=(32, (1024, 3800)), eval=24, new=96, budget=2048,
@@ -81,7 +81,8 @@ class Stages:
     """The record written after every stage."""
 
     def __init__(self, path: Path) -> None:
-        self.path, self.rec, self.t0 = path, {"stages_done": []}, time.perf_counter()
+        self.path, self.t0 = path, time.perf_counter()
+        self.rec: dict[str, Any] = {"stages_done": []}
 
     def done(self, name: str, **fields: Any) -> None:
         self.rec.update(fields)
@@ -105,10 +106,12 @@ def run(args) -> dict:
     z = SIZES["tiny" if args.tiny else "gpu"]
     (n_s, short), (n_l, long) = z["short"], z["long"]
     t0 = time.perf_counter()
-    common = dict(new_tokens=z["new"], draft_vocab=z["vocab"], device=device)
-    short_in = build_inputs(target, work / "short", n_s, spread(n_s, *short, 1), seed=1, **common)
+    common: dict[str, Any] = dict(new_tokens=z["new"], draft_vocab=z["vocab"], device=device)
+    short_in = build_inputs(
+        target, work / "short", n_s, spread(n_s, short[0], short[1], 1), seed=1, **common
+    )
     long_in = build_inputs(
-        target, work / "long", n_l, spread(n_l, *long, 2), seed=2, gen_batch=8, **common
+        target, work / "long", n_l, spread(n_l, long[0], long[1], 2), seed=2, gen_batch=8, **common
     )
     eval_in = build_inputs(
         target, work / "eval", z["eval"], spread(z["eval"], short[0], long[1], 3), seed=3,

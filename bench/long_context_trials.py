@@ -325,8 +325,8 @@ def next_probe(trials: list[dict], step: int, total_gib: float | None) -> int | 
         return None
     last = ok[-1]["seq"]
     guess = 2 * last
-    peaks = [(t["seq"], t.get("peak_mem_gb")) for t in ok[-2:]]
-    if total_gib and len(peaks) == 2 and all(p for _, p in peaks):
+    peaks = [(t["seq"], t.get("peak_mem_gb") or 0.0) for t in ok[-2:]]
+    if total_gib and len(peaks) == 2 and all(p > 0 for _, p in peaks):
         (l1, p1), (l2, p2) = peaks
         slope = (p2 - p1) / (l2 - l1) if l2 > l1 else 0
         if slope > 0:

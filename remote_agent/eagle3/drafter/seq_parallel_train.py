@@ -18,7 +18,9 @@ Attention: the chunked kernel (or dense); flex is not split across ranks yet.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -46,8 +48,8 @@ def sp_forward_backward(
     if n < len(offsets) - 1:
         raise ValueError(f"a {n}-position batch cannot be split over {len(offsets) - 1} ranks")
     lo, hi = offsets[rank], offsets[rank + 1]
-    module = getattr(c.model, "module", c.model)  # the TTTStep: drafter and memory options
-    d = module.drafter
+    module: Any = getattr(c.model, "module", c.model)  # the TTTStep: drafter, memory options
+    d: Any = module.drafter
     dev = b.input_ids.device
     st = step_targets(b, steps)
     top = min(n, hi + steps)  # the teachers of t+1+k for this rank's t
@@ -106,8 +108,8 @@ def sp_forward_backward(
             full = torch.full((n - 1 - k,), -1, dtype=torch.long, device=dev)
             full[lo : lo + m] = arg
             args.append(full)
-    total = sum(c.step_w[k] * losses[k] / counts[k].clamp(min=1) for k in range(steps))
-    total.backward()
+    total = torch.stack([c.step_w[k] * losses[k] / counts[k].clamp(min=1) for k in range(steps)])
+    total.sum().backward()
     mine = StepTargets(st.ids, [w & own for w in st.weight], [v & own for v in st.valid])
     plan = RowPlan(None, [None] * steps, [None] * steps)
     return StepOut(
@@ -115,7 +117,7 @@ def sp_forward_backward(
     )
 
 
-def all_reduce_grads(params: list[torch.Tensor], group=None) -> None:
+def all_reduce_grads(params: Sequence[torch.Tensor], group=None) -> None:
     """Sums the gradients over ranks in one collective per dtype (a missing one counts 0)."""
     by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
     for p in params:
