@@ -11,8 +11,10 @@ every phase, so one cut by the budget still says where it was.
 ONE call, `--budget-s` (default 530) for everything, parts in priority order:
 
   equal_work_4k       one 4,096-token sequence: tokens/s and peak memory of ours (defaults),
-                      ours_mid (cast_weights_once + recompute_elementwise), ours_lean (+ per-step
-                      checkpointing and loss recompute) and SpecForge, with ratios. Children run
+                      ours_mid (cast_weights_once + recompute_elementwise + compile_loss),
+                      ours_lean (+ per-step checkpointing and loss recompute) and SpecForge,
+                      with ratios and which set meets the goal (memory <= SpecForge's at
+                      >= 1.0x its tokens/s). Children run
                       side by side while they start and compile (SpecForge's compile is the long
                       pole: see below), as GPU memory allows (expected peaks, EXPECTED_GB, summed
                       under ADMIT_GB); each times its steps with the GPU to itself (gpu_gate.py:

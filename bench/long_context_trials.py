@@ -37,12 +37,13 @@ H200_PEAK = 790e12
 # checkpoint_ttt_steps); every one exact (tests/eagle3/drafter/test_drafter_long_memory.py)
 OPTION_SETS: dict[str, dict[str, bool]] = {
     "ours": {},
-    "ours_mid": {"cast_weights_once": True, "recompute_elementwise": True},
+    "ours_mid": {"cast_weights_once": True, "recompute_elementwise": True, "compile_loss": True},
     "ours_lean": {
         "checkpoint_steps": True,
         "loss_recompute": True,
         "cast_weights_once": True,
         "recompute_elementwise": True,
+        "compile_loss": True,
     },
 }
 # CPU rehearsal (--tiny): lengths past which a trial raises an emulated OOM, so the failure,

@@ -196,6 +196,12 @@ class TrainSection:
         "inputs and are recomputed in backward (exact; elementwise work only)",
         False,
     )
+    compile_loss: bool = doc(
+        "the soft CE's per-chunk fp32 math (log-sum-exp, CE, argmax, logit gradient) as "
+        "torch.compile'd fused kernels instead of a dozen eager passes (same math; falls back "
+        "to eager if it cannot compile)",
+        False,
+    )
     teacher_fp32: bool = doc("compute teacher logits in fp32 (slower; bf16 matches serving)", False)
     log_every: int = doc("emit a metrics line every N steps", 10)
     save_every: int = doc("checkpoint every N steps (0 = only at the end)", 500)

@@ -102,7 +102,7 @@ def sp_forward_backward(
                 w_lm = d.lm_head.weight.to(h.dtype)
             loss, arg = soft_ce(
                 h, w_lm, part.p[1 + k : 1 + k + m], weights[k][lo : lo + m], module.loss_chunk,
-                module.loss_recompute,
+                module.loss_recompute, module.compile_loss,
             )  # fmt: skip
             losses.append(loss)
             full = torch.full((n - 1 - k,), -1, dtype=torch.long, device=dev)

@@ -138,7 +138,7 @@ def train(cfg: Config) -> dict[str, Any]:
     global_step = res.global_step
     step_module = TTTStep(
         drafter, tc.ttt_steps, tc.loss_chunk, tc.checkpoint_ttt_steps, tc.loss_recompute,
-        tc.cast_weights_once, tc.recompute_elementwise,
+        tc.cast_weights_once, tc.recompute_elementwise, tc.compile_loss,
     )  # fmt: skip
     if device.type == "cuda" and tc.compile:
         compile_layer(drafter, tc.checkpoint_ttt_steps)

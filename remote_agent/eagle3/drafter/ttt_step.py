@@ -35,16 +35,16 @@ class TTTStep(nn.Module):
         loss_recompute: bool = False,
         cast_weights_once: bool = False,
         recompute_elementwise: bool = False,
+        compile_loss: bool = False,
     ) -> None:
         super().__init__()
         self.drafter, self.steps, self.loss_chunk = drafter, steps, loss_chunk
         # long-sequence memory options (exact: same losses and gradients, more compute)
         self.checkpoint_steps, self.loss_recompute = checkpoint_steps, loss_recompute
         # the middle set (memory.py): exact, next to no extra compute
-        self.cast_weights_once, self.recompute_elementwise = (
-            cast_weights_once,
-            recompute_elementwise,
-        )
+        self.cast_weights_once = cast_weights_once
+        self.recompute_elementwise = recompute_elementwise
+        self.compile_loss = compile_loss  # the soft CE's chunk math as compiled kernels
 
     def forward(self, aux, ids, positions, attention, p, weights, plan: RowPlan):
         """Per TTT step: (weighted CE sum, draft argmax per position; -1 where not computed)."""
@@ -72,7 +72,9 @@ class TTTStep(nn.Module):
                 pk, wk = p.index_select(0, pos + 1 + k), weights[k][pos]
             if w is None:  # cast the fp32 master once per step, not once per TTT step
                 w = d.lm_head.weight.to(h.dtype)
-            loss_k, arg_k = soft_ce(h, w, pk, wk, self.loss_chunk, self.loss_recompute)
+            loss_k, arg_k = soft_ce(
+                h, w, pk, wk, self.loss_chunk, self.loss_recompute, self.compile_loss
+            )
             losses.append(loss_k)
             if pos is not None:
                 arg_k = torch.full((m,), -1, device=arg_k.device).index_put((pos,), arg_k)

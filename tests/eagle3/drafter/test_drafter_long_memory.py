@@ -18,6 +18,7 @@ from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep, forward_b
 def run(
     arch: str, backend: str, skip: bool, checkpoint: bool, recompute: bool,
     cast: bool = False, elementwise: bool = False, bf16: bool = False, hook=None,
+    compile_loss: bool = False,
 ):  # fmt: skip
     """One trainer step; bf16: under CPU bf16 autocast without its cast cache (a cast per use,
     as the compiled GPU step does), the fp32 masters and aux as the trainer keeps them."""
@@ -30,7 +31,7 @@ def run(
     step_w = [tc.step_weight**k for k in range(tc.ttt_steps)]
     module = TTTStep(
         drafter, tc.ttt_steps, 7, checkpoint_steps=checkpoint, loss_recompute=recompute,
-        cast_weights_once=cast, recompute_elementwise=elementwise,
+        cast_weights_once=cast, recompute_elementwise=elementwise, compile_loss=compile_loss,
     )  # fmt: skip
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16, cache_enabled=False)
     ctx = StepContext(
@@ -184,3 +185,54 @@ def test_flex_block_mask_of_packed_documents_stays_sparse():
     computed = int(mask.kv_num_blocks.sum()) + int(mask.full_kv_num_blocks.sum())
     assert computed == want
     assert computed * 40 < causal_blocks
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compiled_soft_ce_matches_the_eager_one(dtype, monkeypatch):
+    """train.compile_loss: the chunk math as inductor kernels (CPU here, CUDA on the GPU) gives
+    the eager losses, argmax and gradients (fused exp/log: within rounding)."""
+    from remote_agent.eagle3.drafter import loss as loss_mod
+
+    monkeypatch.setattr(loss_mod, "_COMPILED", {})
+    g = torch.Generator().manual_seed(0)
+    h0 = torch.randn(37, 16, generator=g).to(dtype)
+    w0 = torch.randn(40, 16, generator=g)
+    p = torch.softmax(torch.randn(37, 40, generator=g), -1)
+    rw = (torch.rand(37, generator=g) > 0.3).float()
+    res = []
+    for compiled in (False, True):
+        h, w = h0.clone().requires_grad_(), w0.clone().requires_grad_()
+        loss, arg = soft_ce(h, w, p, rw, 16, compiled=compiled)
+        (loss * 1.3).backward()
+        res.append((loss.detach(), arg, h.grad, w.grad))
+    assert "failed" not in loss_mod._COMPILED and "fn" in loss_mod._COMPILED
+    (l0, a0, gh0, gw0), (l1, a1, gh1, gw1) = res
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(l1, l0, rtol=1e-5, atol=1e-4)
+    assert torch.equal(a0, a1)
+    torch.testing.assert_close(gh1, gh0, **tol)
+    torch.testing.assert_close(gw1, gw0, **tol)
+    if dtype == torch.float32:
+        torch.testing.assert_close(l0, soft_ce_reference(h0, w0, p, rw), rtol=1e-5, atol=1e-4)
+
+
+def test_compiled_soft_ce_falls_back_to_eager(monkeypatch):
+    from remote_agent.eagle3.drafter import loss as loss_mod
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no compiler here")
+
+    monkeypatch.setattr(loss_mod, "_COMPILED", {"fn": broken})
+    g = torch.Generator().manual_seed(1)
+    h, w = torch.randn(9, 8, generator=g), torch.randn(12, 8, generator=g)
+    p, rw = torch.softmax(torch.randn(9, 12, generator=g), -1), torch.ones(9)
+    with pytest.warns(UserWarning, match="eager from now"):
+        loss, _ = soft_ce(h, w, p, rw, 4, compiled=True)
+    torch.testing.assert_close(loss, soft_ce_reference(h, w, p, rw))
+    assert "no compiler here" in loss_mod._COMPILED["failed"]
+
+
+def test_trainer_step_with_compile_loss_equals_the_plain_one():
+    plain, g_plain = run("llama", "chunked", True, False, False)
+    comp, g_comp = run("llama", "chunked", True, False, False, compile_loss=True)
+    assert_same(comp, g_comp, plain, g_plain, rtol=1e-4, atol=1e-5, loss_rtol=1e-5)
