@@ -216,6 +216,17 @@ class Worker:
         self.phase("done")
         return self.rec
 
+    def oom_once(self) -> bool:
+        """Rehearsal of the rerun after an OOM beside others: the first child of the side named
+        by BENCH_LC_OOM_ONCE fails (a marker in the work directory makes it once)."""
+        if os.environ.get("BENCH_LC_OOM_ONCE") != self.args.side:
+            return False
+        marker = self.work / f"oom-once-{self.args.side}"
+        if marker.exists():
+            return False
+        marker.write_text("1")
+        return True
+
     def failed(self) -> bool:
         return any(t.get("ok") is False for t in self.rec["trials"])
 
@@ -247,7 +258,7 @@ class Worker:
         b = None
         try:
             self.phase(f"seq {seq}: batch")
-            if args.tiny and seq > TINY_OOM.get(args.side, 1 << 30):
+            if args.tiny and (seq > TINY_OOM.get(args.side, 1 << 30) or self.oom_once()):
                 raise torch.OutOfMemoryError(
                     f"CUDA out of memory (tiny rehearsal: emulated at {seq})"
                 )

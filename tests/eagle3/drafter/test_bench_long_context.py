@@ -74,6 +74,7 @@ def test_tiny_rehearsal_writes_every_key(tmp_path):
         "--budget-s", "400", "--work", str(tmp_path / "work"), "--out", str(out),
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    env["BENCH_LC_OOM_ONCE"] = "ours_mid"  # its first 4K child runs out of memory: rerun once
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r = json.loads(out.read_text())
@@ -81,6 +82,7 @@ def test_tiny_rehearsal_writes_every_key(tmp_path):
     for side in ("ours", "ours_mid", "ours_lean"):
         assert eq[side]["tokens_per_s"] > 0, eq[side]
     assert "specforge" in eq  # measured, or the missing wheel recorded
+    assert eq["rerun_after_oom_beside_others"] == ["ours_mid"]
     assert r["max_seq"]["ours"] == 1536 and r["max_seq_detail"]["ours"]["first_fail"] == 1664
     assert r["max_seq_detail"]["ours"]["failure"]["kind"] == "oom"
     for label in ("throughput_16k", "throughput_32k"):
