@@ -190,7 +190,7 @@ class Pool:
         return sum(p["gb"] for p in self.live.values())
 
     def wait(self, roles: set[str], until: float) -> None:
-        while roles & set(self.live) and time.time() < until + 5:
+        while roles & set(self.live) and time.time() < until + 1:
             self.reap()
             time.sleep(0.2)
         self.reap()
