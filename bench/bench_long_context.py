@@ -4,25 +4,46 @@ Issue 17. The Kimi-K2.5-shaped drafter of bench_train / bench_specforge (Llama d
 7168, 64 heads x 112, MLP 18,432, target vocab 163,840 -> draft vocab 32,000, 3 aux layers,
 TTT 7), synthetic hidden states made on the GPU (one document, every position supervised, every
 teacher argmax drafted), each trainer's full step (teacher, TTT unroll, loss, backward, clip,
-optimizer). Each part runs in child processes, so compile caches and peak-memory counters do
-not mix. Parts (run in the order equal, max_seq, accept; a time budget, `--budget-s`, bounds the whole
-run and keeps `--accept-reserve-s` for the last part; a worker past its share is killed and its
-finished trials kept; `--part` runs some parts and updates an existing result file):
+optimizer). Every side runs in child processes of its own (long_context_trials.py), so compile
+caches and peak-memory counters (reset per trial) never mix; each child writes its record after
+every phase, so one cut by the budget still says where it was.
+
+ONE call, `--budget-s` (default 530) for everything, parts in priority order:
 
   equal_work_4k       one 4,096-token sequence: tokens/s and peak memory of ours (defaults),
-                      ours_lean (checkpoint_ttt_steps + loss_recompute) and SpecForge.
-  accept_by_position  a tiny target (trained `--target-steps`), its greedy answers to short
-                      prompts (32-200 tokens) and to long ones (1K-3.8K tokens); two drafters,
-                      one trained on the short samples only (the long source dropped), one on
-                      both (data.long_samples: alone); acceptance length by context-position
-                      bucket (remote_agent/eagle3/drafter/position_accept.py) on held-out
-                      prompts of every length.
-  max_seq             per side a ladder of sequence lengths in one process (ours: lean options;
-                      SpecForge: its recipe) until the first failure, then `--bisect` fresh-process
-                      trials between the last success and the first failure; each failure
-                      records its error and the frame of the repository (or SpecForge) code
-                      where it happened.
-  throughput_16k/32k  from our ladder (lean options): tokens/s and MFU.
+                      ours_mid (cast_weights_once + recompute_elementwise + compile_loss),
+                      ours_lean (+ per-step checkpointing and loss recompute) and SpecForge,
+                      with ratios and which set meets the goal (memory <= SpecForge's at
+                      >= 1.0x its tokens/s). Children run
+                      side by side while they start and compile (SpecForge's compile is the long
+                      pole: see below), as GPU memory allows (expected peaks, EXPECTED_GB, summed
+                      under ADMIT_GB); each times its steps with the GPU to itself (gpu_gate.py:
+                      the others paused by SIGSTOP, so no kernels and no compile work overlap a
+                      timed step). Must end by EQUAL_SHARE of the budget.
+  max_seq             per side a ladder of lengths then probes from the fitted memory (peak =
+                      a + b x length: the next probe is the predicted longest fit) in the same
+                      child until its first failure, then fresh children bisect (step 4,096)
+                      while time is left. SpecForge's 4K child continues into its ladder (kept
+                      compiled; told to go once nothing else holds GPU memory) with MAXSEQ_SF_SHARE
+                      of what is left; then ours (lean options) in a fresh child. Each failure:
+                      kind (oom / error), message, the frame in this repository or SpecForge, the
+                      free memory then.
+  throughput_16k/32k  from our max_seq ladder's timed rungs at 16K and 32K (lean options):
+                      tokens/s and MFU.
+  accept_by_position  long_context_accept.py, GPU-light: runs beside the equal-work children
+                      from the start (paused while they time) and must end ACCEPT_GRACE_S after
+                      them (max_seq needs the whole GPU); cut otherwise, with its stages done.
+
+The result file is written after every part; a part cut by the budget is recorded as cut (with
+what its children finished and the phase they were in), never left out.
+
+SpecForge's compile (specforge 0.2.0 source): torch.compile of flex_attention (static on its
+first shape; each TTT step's key length differs, q_len x (k+1), so the second step already
+recompiles with dynamic shapes), of create_block_mask (mask closures over Q_LEN/KV_LEN/lck ints:
+a variant per TTT step, recompile_limit 64), of LlamaRMSNorm.forward, rotary embedding and
+apply_rotary_pos_emb (dynamic=True), of _compute_target_p / the metric functions / the loss
+reference (dynamic=None), plus its Triton LogSoftmaxLoss. None of it can be skipped without
+changing what is measured, so it gets time instead: started first, beside our children.
 
 FLOP model (bench_train.model_flops, matmuls only): per TTT step and token 2 x (projections +
 3 H I + H Vd), attention 2 nh (d_qk + d_v) x visible keys, fc once, teacher 2 H V once;
@@ -32,14 +53,11 @@ FLOPs / step time / 790 TFLOP/s (H200 bf16 dense); recomputation (checkpointing)
 SpecForge: its wheel on sys.path, nothing installed (bench_specforge.py). Stage it with
 `bench/stage_long_context.sh` (git-ignored .whl/) and carry `.whl`.
 
-Run:  bash bench/stage_long_context.sh                 (here, with PyPI: the SpecForge wheel)
-      python3 bench/bench_long_context.py              (one H200, one call, <= 470 s + exit;
-                                                        carry .whl; parts cut by the budget
-                                                        are recorded as such)
-      for the whole bisection, two calls into the same file:
-      python3 bench/bench_long_context.py --part equal --part accept --budget-s 480
-      python3 bench/bench_long_context.py --part maxseq --budget-s 540
-      python3 bench/bench_long_context.py --tiny       (CPU rehearsal, tiny shapes, minutes)
+Run:  bash bench/stage_long_context.sh                  (here, with PyPI: the SpecForge wheel)
+      python3 bench/bench_long_context.py --budget-s 530 (one H200, one call, carry .whl)
+      python3 bench/bench_long_context.py --tiny --budget-s 900   (CPU rehearsal, tiny shapes;
+                                                         emulated OOMs past TINY_OOM lengths)
+      --part equal|maxseq|accept (repeatable) runs some parts and updates the result file.
 Writes bench/results/long-context.json (or --out).
 """
 
@@ -48,506 +66,495 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+import gpu_gate  # noqa: E402
+import long_context_trials as trials  # noqa: E402
 from machine_info import describe, save_result  # noqa: E402
 
-H200_PEAK = 790e12
 K = 1024
-# doubling ladders (bisection refines between the last success and the first failure)
-OURS_LADDER = [16 * K, 32 * K, 64 * K, 128 * K, 256 * K]
-SF_LADDER = [16 * K, 32 * K, 64 * K, 128 * K]
-TINY_OURS_LADDER = [512, 1024, 2048]
-TINY_SF_LADDER = [256, 512, 1024]
+# expected peak GiB of each 4K child (measured 2026-12-01/02: ours 47.4, lean 27.8, SpecForge
+# 35.1; ours_mid by bench/memory_breakdown.py's arithmetic ~31) and the accept child; children
+# start side by side only while the sum of the running ones stays under ADMIT_GB
+EXPECTED_GB = {"ours": 49, "ours_mid": 36, "ours_lean": 30, "specforge": 37, "accept": 20}
+ADMIT_GB = 124  # of ~139 GiB: room for allocator slack and CUDA contexts; a child of ours
+# that still runs out of memory beside others is run again once (alone if need be)
+EQUAL_ORDER = ("ours_mid", "specforge", "ours", "ours_lean")  # the new figure first
+EQUAL_SHARE = 0.5  # equal-work children end by this share of the budget
+EQUAL_CHILD_S = 150  # one of ours: start, build, compile (~37 s alone, more beside others), 7 steps
+ACCEPT_GRACE_S = 15
+MAXSEQ_SF_SHARE = 0.4  # of the time left after part 1, SpecForge's ladder (then ours)
+FRESH_MIN_S = {
+    "ours_lean": 100,
+    "specforge": 150,
+}  # a fresh bisection child: start + compile + step
+MARGIN_S = 12  # writing the result and exiting
+PENDING = "pending: the run was stopped before this part ended"
+OURS_LADDER, SF_LADDER = [16 * K, 32 * K], [16 * K, 32 * K]
+TINY_SEQ4, TINY_STEP, TINY_T16, TINY_T32 = 256, 128, 512, 1024
+TINY_OURS, TINY_SF = [512, 1024], [512, 1024]
 
 
-# -- shapes and batches ----------------------------------------------------------------------
-
-
-def shape_args(args) -> argparse.Namespace:
-    """bench_train.build's arguments: the Kimi shape (tiny preset with --tiny)."""
-    import bench_train
-
-    dims = dict(bench_train.TINY if args.tiny else bench_train.KIMI)
-    return argparse.Namespace(
-        arch="llama",
-        ttt=args.ttt,
-        attention="auto",
-        no_compile=args.tiny,
-        **dims,
-    )
-
-
-def device_batch(config, seq: int, device, lm_head, draft_ids, seed: int = 0):
-    """One document of `seq` tokens, all supervised, made on the device (a 256K batch on the
-    host would take minutes): aux of residual-stream size, final states whose target argmax is
-    a drafted token (bench_train.teacher_states, on the device)."""
-    import torch
-
-    from remote_agent.eagle3.drafter.data import Batch
-
-    g = torch.Generator(device=device).manual_seed(seed)
-    h = config["hidden_size"]
-    aux = (torch.randn(1, seq, 3 * h, generator=g, device=device) * 2.0).to(torch.bfloat16)
-    pick = torch.randint(0, draft_ids.numel(), (seq,), generator=g, device=device)
-    rows = lm_head.index_select(0, draft_ids[pick]).float()
-    final = 0.5 * rows + 0.1 * torch.randn(rows.shape, generator=g, device=device)
-    ids = torch.randint(0, config["vocab_size"], (1, seq), generator=g, device=device)
-    pos = torch.arange(seq, device=device)[None]
-    return Batch(
-        ids,
-        aux,
-        final.to(torch.bfloat16)[None],
-        torch.ones(1, seq, dtype=torch.bool, device=device),
-        torch.zeros(1, seq, dtype=torch.int32, device=device),
-        pos,
-        seq,
-        [],
-    )
-
-
-def where_failed(exc: BaseException) -> str:
-    """The innermost frame in this repository or SpecForge: where a trial failed."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    mine = [f for f in frames if str(REPO) in f.filename or "specforge" in f.filename]
-    f = (mine or frames)[-1]
-    return f"{Path(f.filename).name}:{f.lineno} {f.name}"
-
-
-# -- the ladder worker: one side, several lengths in one process ----------------------------
-
-
-def make_side(side: str, args, device: str):
-    """(one_step(batch, i), config, ctx) for 'ours', 'ours_lean' or 'specforge'."""
-    import bench_train
-    import torch
-
-    ns = shape_args(args)
-    lean = side == "ours_lean"
-    if lean:
-        ns.no_compile = True  # compiled below as the trainer does under checkpointing
-    drafter, ctx, params, opt, config, _backend = bench_train.build(ns, device)
-    if side.startswith("ours"):
-        from remote_agent.eagle3.drafter.train import compile_layer, forward_backward
-
-        ctx.model.checkpoint_steps = ctx.model.loss_recompute = lean
-        if lean and device == "cuda":
-            compile_layer(drafter, checkpointed=True)
-
-        def one(b, i):
-            forward_backward(ctx, b, i)
-            torch.nn.utils.clip_grad_norm_(params, 0.5)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-
-        return one, config, ctx
-    from bench_specforge import SFStep, add_wheel, cpu_stubs, sf_draft_like
-
-    add_wheel(Path(args.wheel))
-    if device == "cpu":
-        cpu_stubs()
-    attention = "flex_attention" if device != "cpu" else "sdpa"
-    draft = sf_draft_like(drafter, config, device, attention)
-    lm_head, draft_ids = ctx.lm_head, ctx.draft_ids
-    drafter = params = opt = None  # free our trainer before building SpecForge
-    ctx.model = None
-    if device == "cuda":
-        torch.cuda.empty_cache()
-    step = SFStep(draft, lm_head, args.ttt, attention, 1e-4, 1000, device)
-    ctx.lm_head, ctx.draft_ids = lm_head, draft_ids
-
-    def one(b, i):
-        step(b.input_ids, b.aux, b.final, b.loss_mask.long())
-
-    return one, config, ctx
-
-
-def worker_ladder(args) -> dict:
-    """Lengths in increasing order until the first failure; tokens/s, peak memory, MFU each."""
-    import bench_train
-    import torch
-
-    device = args.device
-    one, config, ctx = make_side(args.side, args, device)
-    trials = []
-    deadline = time.time() + args.worker_budget_s
-    for i, seq in enumerate(args.seqs):
-        if time.time() > deadline:
-            trials.append({"seq": seq, "skipped": "time budget"})
-            break
-        rec: dict = {"seq": seq}
-        t0 = time.perf_counter()
-        try:
-            b = device_batch(config, seq, device, ctx.lm_head, ctx.draft_ids, seed=i)
-            if device == "cuda":
-                torch.cuda.reset_peak_memory_stats()
-            for w in range(args.warmup):
-                one(b, w)
-            bench_train.sync(device)
-            rec["warmup_s"] = round(time.perf_counter() - t0, 1)
-            timed = args.timed if seq <= args.timed_max_seq else 0  # longer: does it train at all
-            if device == "cuda":
-                rec["peak_mem_gb_warmup"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
-                if timed:
-                    torch.cuda.reset_peak_memory_stats()
-            times = []
-            for s in range(timed):
-                t = time.perf_counter()
-                one(b, args.warmup + s)
-                bench_train.sync(device)
-                times.append(time.perf_counter() - t)
-            rec["ok"] = True
-            if times:
-                step_s = sorted(times)[len(times) // 2]
-                flops = bench_train.model_flops(config, [seq], args.ttt)["train_total"]
-                rec.update(
-                    step_s=round(step_s, 4),
-                    tokens_per_s=round(seq / step_s, 1),
-                    model_tflops_per_s=round(flops / step_s / 1e12, 2),
-                    mfu=round(flops / step_s / H200_PEAK, 4),
-                )
-            if device == "cuda":
-                rec["peak_mem_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
-        except Exception as exc:  # OOM or any other failure: where and why, then stop
-            msg = str(exc).strip().splitlines()
-            rec.update(
-                ok=False,
-                error=f"{type(exc).__name__}: {msg[0][:300] if msg else ''}",
-                where=where_failed(exc),
-                seconds=round(time.perf_counter() - t0, 1),
-            )
-            trials.append(rec)
-            _write_partial(args, {"side": args.side, "trials": trials, "partial": True})
-            break
-        finally:
-            b = None
-            if device == "cuda":
-                torch.cuda.empty_cache()
-        trials.append(rec)
-        _write_partial(args, {"side": args.side, "trials": trials, "partial": True})
-    return {"side": args.side, "trials": trials}
-
-
-def _write_partial(args, res: dict) -> None:
-    """After every trial: a worker killed by the time budget still leaves what it measured."""
-    out = Path(args.work) / f"{args.worker}.json"
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(res, indent=1, default=str))
-    os.replace(tmp, out)
-
-
-# -- acceptance by context position ----------------------------------------------------------
-
-
-def combine(parts: list[dict], out: Path) -> dict:
-    """One dataset + dump holding the samples of several build_inputs outputs."""
-    from remote_agent.eagle3.data.records import DatasetIndex
-    from remote_agent.eagle3.dense import DumpReader, ShardWriter
-
-    out.mkdir(parents=True, exist_ok=True)
-    data = out / "data.jsonl"
-    data.write_text("".join(Path(p["data"]).read_text() for p in parts))
-    DatasetIndex.open(data)
-    readers = [DumpReader(Path(p["dump"])) for p in parts]
-    with ShardWriter(out / "dump", readers[0].meta, shard_bytes=32 << 20) as w:
-        for r in readers:
-            for sid in sorted(r.ids()):
-                got = r.get(sid)
-                w.add(sid, got["input_ids"], got["aux"], got["final"])
-    return {"data": str(data), "dump": str(out / "dump")}
-
-
-def spread(n: int, lo: int, hi: int, seed: int) -> list[int]:
-    import random
-
-    rng = random.Random(seed)
-    return [rng.randint(lo, hi) for _ in range(n)]
-
-
-def tiny_target(args, work: Path) -> tuple[Path, dict]:
-    from remote_agent.eagle3.tiny import ensure_tiny
-
-    if args.tiny or args.target_steps == 0:
-        return ensure_tiny("ci" if args.tiny else "gpu"), {"trained_steps": 0}
-    build = work / "target"
-    cmd = [
-        sys.executable, "-m", "remote_agent.eagle3", "build-tiny", "--out", str(build),
-        "--preset", "gpu", "--device", args.device, "--per-source", "300",
-        "--train-steps", str(args.target_steps), "--batch", "16", "--seq-len", "1024",
-    ]  # fmt: skip
-    t0 = time.perf_counter()
-    subprocess.run(cmd, cwd=REPO, env=_env(), check=True, capture_output=True)
-    return build / "model", {
-        "trained_steps": args.target_steps,
-        "seq_len": 1024,
-        "seconds": round(time.perf_counter() - t0, 1),
-    }
-
-
-def worker_accept(args) -> dict:
-    import torch
-
-    from remote_agent.eagle3.drafter import checkpoint as ckpt
-    from remote_agent.eagle3.drafter import config as config_mod
-    from remote_agent.eagle3.drafter.data import Loader, Plan
-    from remote_agent.eagle3.drafter.loss import load_target_tensor
-    from remote_agent.eagle3.drafter.model import Eagle3Drafter
-    from remote_agent.eagle3.drafter.position_accept import PositionAccept, batch_chains
-    from remote_agent.eagle3.drafter.synthetic import build_inputs
-    from remote_agent.eagle3.drafter.train import train
-
-    work, device = Path(args.work) / "accept", args.device
-    work.mkdir(parents=True, exist_ok=True)
-    target, target_info = tiny_target(args, work)
+def _env(args) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # compile workers of children side by side: a share of the cores each, not all of them
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(2, (os.cpu_count() or 8) // 4)))
     if args.tiny:
-        n_s, short, n_l, long, n_e, new, budget, vocab, ttt = (
-            24,
-            (16, 48),
-            6,
-            (256, 900),
-            8,
-            16,
-            256,
-            256,
-            3,
+        env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+class Pool:
+    """Child processes, each its own session (process group) listed for gpu_gate; killed (the
+    whole group) past their deadline; every group continued whenever one ends."""
+
+    def __init__(self, args) -> None:
+        self.args, self.work = args, Path(args.work)
+        self.live: dict[str, dict] = {}
+        self.ended: dict[str, dict] = {}
+
+    def spawn(self, role: str, extra: list[str], deadline: float, gb: float = 0) -> None:
+        a = self.args
+        cmd = [
+            sys.executable, str(Path(__file__).resolve()), "--worker", role, "--device", a.device,
+            "--wheel", str(a.wheel), "--work", str(a.work), "--ttt", str(a.ttt),
+            "--epochs", str(a.epochs), "--target-steps", str(a.target_steps), "--spawned-at", str(time.time()), *extra,
+        ]  # fmt: skip
+        if a.tiny:
+            cmd.append("--tiny")
+        log = open(self.work / f"{role}.log", "w")  # noqa: SIM115 (closed when it ends)
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, env=_env(a), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
-    else:
-        n_s, short, n_l, long, n_e, new, budget, vocab, ttt = (
-            160,
-            (32, 200),
-            32,
-            (1024, 3800),
-            24,
-            96,
-            2048,
-            4096,
-            7,
+        self.live[role] = {
+            "proc": proc,
+            "deadline": deadline,
+            "gb": gb,
+            "t0": time.time(),
+            "log": log,
+        }
+        gpu_gate.register(self.work, [p["proc"].pid for p in self.live.values()])
+
+    def reap(self) -> list[str]:
+        """Roles that ended (exited, or killed past their deadline) since the last call."""
+        out = []
+        for role, p in list(self.live.items()):
+            rc = p["proc"].poll()
+            killed = None
+            if rc is None and time.time() > p["deadline"]:
+                killed = f"killed by the time budget after {time.time() - p['t0']:.0f} s"
+                try:
+                    os.killpg(p["proc"].pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                rc = p["proc"].wait()
+            if rc is None:
+                continue
+            p["log"].close()
+            self.ended[role] = {
+                "rc": rc,
+                "killed": killed,
+                "seconds": round(time.time() - p["t0"], 1),
+            }
+            del self.live[role]
+            out.append(role)
+        if out:
+            gpu_gate.register(self.work, [p["proc"].pid for p in self.live.values()])
+            gpu_gate.signal_groups([p["proc"].pid for p in self.live.values()], signal.SIGCONT)
+        return out
+
+    def result(self, role: str) -> dict:
+        """The child's record (possibly partial), with how it ended."""
+        path = self.work / f"{role}.json"
+        res: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+        end = self.ended.get(role, {})
+        if end.get("killed"):
+            res["cut"] = f"{end['killed']} (phase: {res.get('phase', 'start')})"
+        elif end.get("rc"):
+            tail = (self.work / f"{role}.log").read_text()[-2500:]
+            res["error"] = res.get("error") or f"exit {end['rc']}: {tail}"
+        res["worker_s"] = end.get("seconds")
+        return res
+
+    def gb(self) -> float:
+        return sum(p["gb"] for p in self.live.values())
+
+    def wait(self, roles: set[str], until: float) -> None:
+        while roles & set(self.live) and time.time() < until + 1:
+            self.reap()
+            time.sleep(0.2)
+        self.reap()
+
+    def kill(self, role: str) -> None:
+        if role in self.live:
+            self.live[role]["deadline"] = 0
+            self.reap()
+
+
+# -- the parts -------------------------------------------------------------------------------
+
+
+class Run:
+    def __init__(self, args, report: dict) -> None:
+        self.args, self.report = args, report
+        self.t0 = time.time()
+        self.end = self.t0 + args.budget_s - MARGIN_S
+        self.pool = Pool(args)
+        self.tiny = args.tiny
+        self.sf_ok = Path(args.wheel).exists()
+        self.plan: dict[str, Any] = {"budget_s": args.budget_s, "margin_s": MARGIN_S}
+        self.not_started: list[str] = []
+        self.retried: list[str] = []
+        report["budget"] = self.plan
+
+    def at(self) -> float:
+        return round(time.time() - self.t0, 1)
+
+    def save(self) -> None:
+        self.report["elapsed_s"] = self.at()
+        save_result(self.args.out, self.report)
+
+    def seq4(self) -> int:
+        return TINY_SEQ4 if self.tiny else 4 * K
+
+    # part 1 (+ accept beside it)
+
+    def equal_and_accept(self, parts: list[str]) -> None:
+        a, pool = self.args, self.pool
+        eq_end = self.t0 + EQUAL_SHARE * a.budget_s
+        self.plan["equal_work_4k"] = {
+            "ends_by_s": round(eq_end - self.t0),
+            "child_cap_s": EQUAL_CHILD_S,
+        }
+        if "accept" in parts:
+            pool.spawn("accept", [], eq_end + ACCEPT_GRACE_S, EXPECTED_GB["accept"])
+        queue = (
+            [s for s in EQUAL_ORDER if s != "specforge" or self.sf_ok] if "equal" in parts else []
         )
-    t0 = time.perf_counter()
-    common = dict(new_tokens=new, draft_vocab=vocab, device=device)
-    short_in = build_inputs(target, work / "short", n_s, spread(n_s, *short, 1), seed=1, **common)
-    long_in = build_inputs(
-        target, work / "long", n_l, spread(n_l, *long, 2), seed=2, gen_batch=8, **common
-    )
-    eval_in = build_inputs(
-        target, work / "eval", n_e, spread(n_e, short[0], long[1], 3), seed=3, gen_batch=8, **common
-    )
-    both = combine([short_in, long_in], work / "both")
-    data_s = round(time.perf_counter() - t0, 1)
-    hidden = json.loads((target / "config.json").read_text())["hidden_size"]
-    heads = 16 if hidden >= 512 else 4
-    runs = {}
-    for name, inputs in (("without_long", short_in), ("with_long", both)):
-        cfg = {
-            "target": {"path": str(target)},
-            "data": {
-                "dump": inputs["dump"],
-                "dataset": inputs["data"],
-                "vocab": short_in["vocab"],  # one draft vocabulary for both
-                "max_tokens": budget,
-                "long_samples": "alone",
-            },
-            "drafter": {"num_attention_heads": heads, "num_key_value_heads": heads},
-            "train": {
-                "out_dir": str(work / f"run-{name}"),
-                "epochs": args.epochs,
-                "lr": 1e-3,
-                "ttt_steps": ttt,
-                "log_every": 20,
-                "save_every": 0,
-                "device": device,
-                "compile": False,
-            },
-        }
-        t = time.perf_counter()
-        res = train(config_mod.from_dict(cfg))
-        runs[name] = {
-            "steps": res["steps"],
-            "loss": res["loss"],
-            "seconds": round(time.perf_counter() - t, 1),
-        }
-        runs[name]["checkpoint"] = res["checkpoint"]
-    lm_head = load_target_tensor(target, "lm_head.weight").float().to(device)
-    embed = load_target_tensor(target, "model.embed_tokens.weight").float()
-    eval_plan = Plan(Path(eval_in["dump"]), Path(eval_in["data"]), budget, long_samples="alone")
-    report = {}
-    depth = 3  # SGLang's chain: steps 3, draft tokens 4 (the trainer's sim_accept_len)
-    for name, r in runs.items():
-        state = ckpt.load(Path(r.pop("checkpoint")))
-        drafter = Eagle3Drafter(state["model_config"])
-        drafter.load_state_dict(state["model"], strict=False)
-        drafter.set_vocab(state["vocab"]["d2t"], state["vocab"]["t2d"])
-        with torch.no_grad():
-            drafter.embed_tokens.weight.copy_(embed)
-        drafter.to(device).eval()
-        acc = PositionAccept(depth)
-        for _, _, b in Loader(eval_plan, 0, 0, 0, 1, prefetch=2):
-            acc.add(*batch_chains(drafter, b.to(device), lm_head, depth))
-        report[name] = [
-            {"bucket": x["bucket"], "accept_length": x["accept_length"], "chains": x["chains"]}
-            for x in acc.report()
+        sf_role = None
+        while queue or (set(pool.live) - {"accept", "sf"}) or (sf_role and not self.sf_waiting()):
+            for side in list(queue):
+                if not self.admit(side, eq_end):
+                    continue
+                queue.remove(side)
+                base = ["--side", side, "--seqs", str(self.seq4()), "--timed", "5", "--warmup", "2"]
+                if side == "specforge":
+                    sf_role = "sf"
+                    extra = base + ["--go-file", str(Path(a.work) / "go-sf")]
+                    if "maxseq" in parts:
+                        sf_l = TINY_SF if self.tiny else SF_LADDER
+                        extra += ["--then-seqs", ",".join(map(str, sf_l)), "--then-timed", "0"]
+                        extra += ["--search", "--step", str(self.step())]
+                    # alive past part 1 (kept compiled for max_seq); its 4K must be done by eq_end
+                    pool.spawn(
+                        "sf",
+                        extra + ["--worker-budget-s", str(a.budget_s)],
+                        self.end,
+                        EXPECTED_GB[side],
+                    )
+                else:
+                    cap = min(time.time() + EQUAL_CHILD_S, eq_end)
+                    pool.spawn(
+                        f"eq-{side}",
+                        base + ["--worker-budget-s", str(cap - time.time())],
+                        cap,
+                        EXPECTED_GB[side],
+                    )
+            for role in pool.reap():
+                side = role.removeprefix("eq-")
+                if role.startswith("eq-") and side not in self.retried and self.oom(role):
+                    self.retried.append(side)  # out of memory beside others: once more
+                    queue.insert(0, side)
+            if time.time() > eq_end:
+                self.not_started = list(queue)
+                queue = []
+                if sf_role and not self.sf_waiting():
+                    pool.kill("sf")
+                    sf_role = None
+                for role in set(pool.live) - {"accept", "sf"}:
+                    pool.kill(role)
+            time.sleep(0.2)
+        self.plan["equal_work_4k"]["ended_at_s"] = self.at()
+        if "maxseq" not in parts:
+            (Path(a.work) / "go-sf").write_text("stop")
+        if "equal" in parts:
+            self.report["equal_work_4k"] = self.summarise_equal()
+            self.save()
+        if "accept" in parts:  # max_seq needs the whole GPU: a short grace, unless it is not run
+            grace = min(time.time() + ACCEPT_GRACE_S, eq_end + ACCEPT_GRACE_S)
+            pool.wait({"accept"}, grace if "maxseq" in parts else self.end)
+            pool.kill("accept")
+            self.report["accept_by_position"] = self.summarise_accept()
+            self.plan["accept_by_position"] = {"beside_part_1": True, "ended_at_s": self.at()}
+            self.save()
+
+    def admit(self, side: str, eq_end: float) -> bool:
+        if time.time() > eq_end - (5 if self.tiny else 30):  # too late to be worth starting
+            return False
+        running = [
+            r for r in self.pool.live if r != "accept" and not (r == "sf" and self.sf_waiting())
         ]
+        if side in self.retried and any(r.startswith("eq-") for r in self.pool.live):
+            return False  # the rerun after an OOM beside others: no other child of ours
+        if self.args.device == "cpu":
+            return len(running) < 2
+        return self.pool.gb() + EXPECTED_GB[side] <= ADMIT_GB
+
+    def oom(self, role: str) -> bool:
+        trials_ = self.pool.result(role).get("trials", [])
+        return any(t.get("kind") == "oom" for t in trials_)
+
+    def sf_waiting(self) -> bool:
+        """SpecForge's child finished its 4K trial (waiting for max_seq, or ended)."""
+        if "sf" not in self.pool.live:
+            return True
+        path = Path(self.args.work) / "sf.json"
+        try:
+            rec = json.loads(path.read_text())
+        except (FileNotFoundError, ValueError):
+            return False
+        return rec.get("phase") in ("waiting for go", "done") or any(
+            t.get("ok") is False for t in rec.get("trials", [])
+        )
+
+    def summarise_equal(self) -> dict:
+        out: dict[str, Any] = {}
+        if not self.sf_ok:
+            out["specforge"] = {"error": self.report["specforge_wheel"]}
+        for side in self.not_started:
+            out[side] = {"cut": f"not started by {EQUAL_SHARE:.0%} of the budget"}
+        for side in EQUAL_ORDER:
+            role = "sf" if side == "specforge" else f"eq-{side}"
+            if role in self.pool.ended or role in self.pool.live:
+                out[side] = summary_4k(self.pool.result(role), self.seq4())
+        sf = out.get("specforge", {})
+        for side in ("ours", "ours_mid", "ours_lean"):
+            o = out.get(side, {})
+            if o.get("tokens_per_s") and sf.get("tokens_per_s"):
+                tr = round(o["tokens_per_s"] / sf["tokens_per_s"], 3)
+                mr = (
+                    round(o["peak_mem_gb"] / sf["peak_mem_gb"], 3)
+                    if o.get("peak_mem_gb") and sf.get("peak_mem_gb")
+                    else None
+                )
+                out[f"{side}_vs_specforge"] = {
+                    "throughput_ratio": tr,
+                    "memory_ratio": mr,
+                    "meets_goal": bool(tr >= 1.0 and mr is not None and mr <= 1.0),
+                }
+        out["seq"] = self.seq4()
+        out["rerun_after_oom_beside_others"] = self.retried
+        out["options"] = {s: trials.OPTION_SETS[s] for s in ("ours", "ours_mid", "ours_lean")}
+        return out
+
+    def summarise_accept(self) -> dict:
+        res = self.pool.result("accept")
+        for key in ("with_long", "without_long"):
+            res.setdefault(key, {"cut": res.get("cut") or res.get("error", "not reached")})
+        return res
+
+    # part 2
+
+    def step(self) -> int:
+        return TINY_STEP if self.tiny else 4096
+
+    def max_seq(self) -> None:
+        a, pool = self.args, self.pool
+        detail: dict[str, Any] = {}
+        self.plan["max_seq"] = {"started_at_s": self.at()}
+        # SpecForge: its 4K child continues (nothing else holds GPU memory now)
+        sf_trials: list[dict] = []
+        if "sf" in pool.live:
+            share = max(60.0, MAXSEQ_SF_SHARE * (self.end - time.time()))
+            self.plan["max_seq"]["specforge_share_s"] = round(share)
+            pool.live["sf"]["deadline"] = time.time() + share
+            (Path(a.work) / "go-sf").write_text(str(max(share - 20, 10)))
+            pool.wait({"sf"}, time.time() + share)
+            res = pool.result("sf")
+            sf_trials = list(res.get("trials", []))  # the 4K trial is its first rung
+            detail["specforge"] = {"ladder_child": strip(res), "cut": res.get("cut")}
+        elif self.sf_ok:
+            detail["specforge"] = {"cut": "its 4K child did not reach max_seq"}
+        # ours: a fresh child, lean options (the 4K lean child filled the compile cache)
+        ours_l = TINY_OURS if self.tiny else OURS_LADDER
+        allowed = self.end - time.time()
+        self.plan["max_seq"]["ours_share_s"] = round(allowed)
+        extra = [
+            "--side", "ours_lean", "--seqs", ",".join(map(str, ours_l)), "--timed", "2",
+            "--warmup", "1", "--search", "--step", str(self.step()),
+            "--timed-max-seq", str(TINY_T32 if self.tiny else 32 * K),
+            "--worker-budget-s", str(max(allowed - 40, 10)),
+        ]  # fmt: skip
+        ours_trials: list[dict] = []
+        if allowed > 60:
+            pool.spawn("max-ours", extra, self.end, 0)
+            pool.wait({"max-ours"}, self.end)
+            res = pool.result("max-ours")
+            ours_trials = list(res.get("trials", []))
+            detail["ours"] = {"ladder_child": strip(res), "cut": res.get("cut")}
+        else:
+            detail["ours"] = {"cut": f"{allowed:.0f} s left after SpecForge's ladder"}
+        self.throughputs(ours_trials)
+        # fresh-child bisection while time is left: ours first (the goal), then SpecForge
+        for side, tr in (("ours_lean", ours_trials), ("specforge", sf_trials)):
+            if tr:
+                tr.extend(self.bisect(side, tr))
+        for name, tr in (("ours", ours_trials), ("specforge", sf_trials)):
+            detail.setdefault(name, {}).update(bracket(tr, self.step()))
+        self.report["max_seq_detail"] = detail
+        ms: dict[str, Any] = {
+            name: detail[name].get("max_ok") for name in ("ours", "specforge") if name in detail
+        }
+        ms.setdefault("specforge", None)
+        for name in ("ours", "specforge"):  # why a length is missing
+            d = detail.get(name, {})
+            if ms.get(name) is None:
+                ms[f"{name}_note"] = (
+                    d.get("cut") or (d.get("failure") or {}).get("error") or "no success"
+                )
+        if ms.get("ours") and ms.get("specforge"):
+            ms["ratio"] = round(ms["ours"] / ms["specforge"], 2)
+        ms["goal"] = ">= 65536 tokens and >= 2x SpecForge's"
+        self.report["max_seq"] = ms
+        self.plan["max_seq"]["ended_at_s"] = self.at()
+        self.save()
+
+    def bisect(self, side: str, tr: list[dict]) -> list[dict]:
+        out: list[dict] = []
+        for i in range(self.args.bisect):
+            b = bracket(tr + out, self.step())
+            lo, hi = b["max_ok"] or 0, b["first_fail"]
+            left = self.end - time.time()
+            if (
+                hi is None
+                or hi - lo <= self.step()
+                or left < (20 if self.tiny else FRESH_MIN_S[side])
+            ):
+                break
+            mid = (lo + hi) // 2 // self.step() * self.step()
+            role = f"bisect-{side}-{i}"
+            self.pool.spawn(role, ["--side", side, "--seqs", str(mid), "--timed", "0", "--warmup", "1",
+                                   "--worker-budget-s", str(left - 10)], self.end, 0)  # fmt: skip
+            self.pool.wait({role}, self.end)
+            res = self.pool.result(role)
+            t = next((t for t in res.get("trials", []) if t.get("seq") == mid and "ok" in t), None)
+            if t is None:  # cut before the trial ended: says nothing about the length
+                self.report.setdefault("max_seq_cut_trials", []).append(
+                    {"side": side, "seq": mid, **strip(res)}
+                )
+                break
+            out.append({**t, "fresh_process": True})
+        return out
+
+    def throughputs(self, ours_trials: list[dict]) -> None:
+        by_seq = {t["seq"]: t for t in ours_trials}
+        keys = (
+            "seq",
+            "tokens_per_s",
+            "mfu",
+            "model_tflops_per_s",
+            "peak_mem_gb",
+            "step_s",
+            "step_s_all",
+        )
+        for label, seq in (("throughput_16k", 16 * K), ("throughput_32k", 32 * K)):
+            if self.tiny:
+                seq = TINY_T16 if seq == 16 * K else TINY_T32
+            t = by_seq.get(seq, {})
+            if t.get("ok") and t.get("tokens_per_s"):
+                self.report[label] = {k: t.get(k) for k in keys} | {
+                    "options": "ours_lean: " + ", ".join(trials.OPTION_SETS["ours_lean"])
+                }
+            else:
+                why = t.get("error") or t.get("skipped") or "not reached in the budget"
+                self.report[label] = {"seq": seq, "cut" if "error" not in t else "error": why}
+
+
+def strip(res: dict) -> dict:
+    return {k: v for k, v in res.items() if k not in ("trials",)}
+
+
+def bracket(tr: list[dict], step: int) -> dict:
+    ok = [t["seq"] for t in tr if t.get("ok")]
+    bad = [t for t in tr if t.get("ok") is False]
+    hi_t = min(bad, key=lambda t: t["seq"]) if bad else None
+    lo = max(ok) if ok else None
     return {
-        "target": {"preset": "ci" if args.tiny else "gpu", **target_info},
-        "data": {
-            "short": {
-                "samples": short_in["samples"],
-                "tokens": short_in["tokens"],
-                "prompt_tokens": short,
-            },
-            "long": {
-                "samples": long_in["samples"],
-                "tokens": long_in["tokens"],
-                "prompt_tokens": long,
-            },
-            "eval": {"samples": eval_in["samples"], "tokens": eval_in["tokens"]},
-            "answer_tokens": new,
-            "seconds": data_s,
-        },
-        "train": {"epochs": args.epochs, "max_tokens": budget, "ttt": ttt, **runs},
-        "chain_depth": depth,
-        **report,
+        "max_ok": lo,
+        "first_fail": hi_t["seq"] if hi_t else None,
+        "failure": {
+            k: hi_t.get(k)
+            for k in (
+                "seq",
+                "kind",
+                "error",
+                "where",
+                "free_gib_at_failure",
+                "allocated_gib_at_failure",
+            )
+        }
+        if hi_t
+        else None,
+        "resolution": (hi_t["seq"] - (lo or 0)) if hi_t else None,
+        "bounded_by": None if hi_t else "no failure seen (ladder top, probes or time budget)",
+        "trials": sorted(tr, key=lambda t: t["seq"]),
     }
 
 
-# -- orchestration ----------------------------------------------------------------------------
-
-
-def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": str(REPO)}
-
-
-def run_worker(args, role: str, extra: list[str], timeout: float) -> dict:
-    out = Path(args.work) / f"{role}.json"
-    cmd = [
-        sys.executable, str(Path(__file__).resolve()), "--worker", role, "--device", args.device,
-        "--wheel", str(args.wheel), "--work", str(args.work), "--ttt", str(args.ttt),
-        "--epochs", str(args.epochs), "--target-steps", str(args.target_steps), *extra,
-    ]  # fmt: skip
-    if args.tiny:
-        cmd.append("--tiny")
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(
-            cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=max(timeout, 30)
+def summary_4k(res: dict, seq: int) -> dict:
+    t = next((t for t in res.get("trials", []) if t.get("seq") == seq), {})
+    phases = res.get("phases", {})
+    if t.get("ok") and t.get("tokens_per_s"):
+        keep = (
+            "tokens_per_s",
+            "peak_mem_gb",
+            "peak_mem_gb_warmup",
+            "step_s",
+            "step_s_all",
+            "warmup0_s",
+            "gate_wait_s",
         )
-    except subprocess.TimeoutExpired:
-        killed = f"worker {role} killed after {timeout:.0f} s (time budget)"
-        if out.exists():  # the trials it finished
-            return {**json.loads(out.read_text()), "killed": killed}
-        return {"error": killed}
-    if proc.returncode or not out.exists():
-        return {"error": (proc.stderr or "")[-3000:] or f"exit {proc.returncode}"}
-    res = json.loads(out.read_text())
-    res["worker_s"] = round(time.perf_counter() - t0, 1)
-    return res
-
-
-class Budget:
-    """The run's wall clock; `reserve` seconds are kept for the acceptance part (run last)."""
-
-    def __init__(self, seconds: float, reserve: float = 0) -> None:
-        self.start = time.time()
-        self.end = self.start + seconds
-        self.reserve = reserve
-
-    def left(self) -> float:
-        return self.end - time.time() - self.reserve
-
-
-def ladder(
-    args, budget: Budget, side: str, seqs: list[int], timed: int, warmup: int, share: float,
-    cap: float = 1e9,
-):  # fmt: skip
-    """A ladder worker with a share of the remaining time; killed (recorded) if it overruns."""
-    allowed = min(budget.left() * share, cap)
-    extra = [
-        "--side", side, "--seqs", ",".join(map(str, seqs)), "--timed", str(timed),
-        "--warmup", str(warmup), "--worker-budget-s", str(max(allowed - 45, 10)),
-        "--timed-max-seq", str(1024 if args.tiny else 32 * K),
-    ]  # fmt: skip
-    return run_worker(args, f"ladder-{side}-{seqs[0]}", extra, allowed)
-
-
-def max_seq(args, budget: Budget, side: str, seqs: list[int], share: float, timed: int) -> dict:
-    """Ladder until the first failure, then bisection (fresh processes, bounded)."""
-    lad = ladder(args, budget, side, seqs, timed, 1, share)
-    trials = list(lad.get("trials", []))
-    out = {"ladder": lad}
-    ok = [t["seq"] for t in trials if t.get("ok")]
-    bad = [t["seq"] for t in trials if t.get("ok") is False]
-    lo, hi = (max(ok) if ok else 0), (min(bad) if bad else None)
-    step = 4096 if not args.tiny else 128
-    for _ in range(args.bisect):
-        if hi is None or hi - lo <= step or budget.left() < 60:
-            break
-        mid = (lo + hi) // 2 // step * step
-        r = ladder(args, budget, side, [mid], 0, 1, 0.5)
-        t = (r.get("trials") or [{"seq": mid, "ok": False, "error": r.get("error", "?")[-300:]}])[0]
-        trials.append(t)
-        if t.get("ok"):
-            lo = mid
-        else:
-            hi = mid
-    out.update(
-        max_ok=lo or None,
-        first_fail=hi,
-        failure=next((t for t in trials if t.get("ok") is False and t["seq"] == hi), None),
-        bounded_by=None if hi is not None else "ladder top or time budget (no failure seen)",
-        trials=sorted(trials, key=lambda t: t["seq"]),
-    )
-    return out
-
-
-def summary_side(tr: dict) -> dict:
-    t = (tr.get("trials") or [{}])[0]
-    if not t.get("ok"):
-        return {
-            "error": t.get("error") or tr.get("error", "no result")[-500:],
-            "where": t.get("where"),
+        return {k: t.get(k) for k in keep} | {"phases": phases, "worker_s": res.get("worker_s")}
+    if t.get("ok") is False:
+        return {k: t.get(k) for k in ("kind", "error", "where", "free_gib_at_failure")} | {
+            "phases": phases
         }
     return {
-        "tokens_per_s": t.get("tokens_per_s"),
-        "peak_mem_gb": t.get("peak_mem_gb"),
-        "step_s": t.get("step_s"),
+        "cut": res.get("cut") or res.get("error") or "no result",
+        "phase": res.get("phase"),
+        "phases": phases,
     }
+
+
+# -- entry -----------------------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--device", choices=("cuda", "cpu"))
     p.add_argument("--tiny", action="store_true", help="tiny shapes and lengths (CPU rehearsal)")
-    p.add_argument("--budget-s", type=float, default=470, help="wall-clock budget of the run")
-    p.add_argument(
-        "--accept-reserve-s", type=float, default=150, help="of it, kept for the acceptance part"
-    )
-    p.add_argument("--part", action="append", choices=("equal", "accept", "maxseq"))
+    p.add_argument("--budget-s", type=float, default=530, help="wall-clock budget of the run")
+    p.add_argument("--part", action="append", choices=("equal", "maxseq", "accept"))
     p.add_argument("--wheel", type=Path, default=REPO / ".whl" / "specforge-0.2.0-py3-none-any.whl")
     p.add_argument("--ttt", type=int, default=7)
     p.add_argument("--epochs", type=int, default=2, help="acceptance part: drafter epochs")
     p.add_argument("--target-steps", type=int, default=120, help="acceptance part: tiny target")
-    p.add_argument(
-        "--bisect", type=int, default=2, help="bisection trials per side after the ladder"
-    )
+    p.add_argument("--bisect", type=int, default=3, help="fresh bisection children per side")
     p.add_argument("--work", type=Path)
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "long-context.json")
-    # worker-only
     p.add_argument("--worker", help=argparse.SUPPRESS)
-    p.add_argument("--side", help=argparse.SUPPRESS)
-    p.add_argument("--seqs", type=lambda s: [int(x) for x in s.split(",")], help=argparse.SUPPRESS)
-    p.add_argument("--timed", type=int, default=2, help=argparse.SUPPRESS)
-    p.add_argument("--warmup", type=int, default=1, help=argparse.SUPPRESS)
-    p.add_argument("--worker-budget-s", type=float, default=600, help=argparse.SUPPRESS)
-    p.add_argument("--timed-max-seq", type=int, default=32 * K, help=argparse.SUPPRESS)
+    p.add_argument("--spawned-at", type=float, help=argparse.SUPPRESS)
+    trials.add_arguments(p)
     args = p.parse_args(argv)
     import torch
 
@@ -555,18 +562,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.tiny:
         args.ttt = min(args.ttt, 3)
     if args.worker:
-        if args.device == "cpu":
-            torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-        if args.device == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = True
-        res = worker_accept(args) if args.worker == "accept" else worker_ladder(args)
-        (Path(args.work) / f"{args.worker}.json").write_text(json.dumps(res, indent=1, default=str))
-        return 0
-
+        return worker(args)
     parts = args.part or ["equal", "maxseq", "accept"]
     args.work = args.work or Path(tempfile.mkdtemp(prefix="bench-long-context-"))
     args.work.mkdir(parents=True, exist_ok=True)
-    budget = Budget(args.budget_s, args.accept_reserve_s if "accept" in parts else 0)
     import transformers
 
     sf_ok = Path(args.wheel).exists()
@@ -580,104 +579,89 @@ def main(argv: list[str] | None = None) -> int:
         if sf_ok
         else f"missing: {args.wheel} (run bench/stage_long_context.sh)",
         "flop_model": "bench_train.model_flops (matmuls; x3 train for TTT steps + attention, x2 fc, x1 teacher); MFU vs 790 TFLOP/s",
-        "budget_s": args.budget_s,
+        "work": str(args.work),
     }
-    seq4 = 256 if args.tiny else 4096
-    timed4 = 3
-    if "equal" in parts:
-        eq = {}
-        for side in ("ours", "ours_lean") + (("specforge",) if sf_ok else ()):
-            eq[side] = ladder(args, budget, side, [seq4], timed4, 2, 1.0, cap=150)
-        report["equal_work_4k"] = {side: summary_side(tr) for side, tr in eq.items()}
-        if not sf_ok:
-            report["equal_work_4k"]["specforge"] = {"error": report["specforge_wheel"]}
-        e = report["equal_work_4k"]
-        for side in ("ours", "ours_lean"):
-            a, b = e.get(side, {}), e.get("specforge", {})
-            if a.get("tokens_per_s") and b.get("tokens_per_s"):
-                e[f"{side}_vs_specforge"] = {
-                    "throughput_ratio": round(a["tokens_per_s"] / b["tokens_per_s"], 3),
-                    "memory_ratio": round(a["peak_mem_gb"] / b["peak_mem_gb"], 3)
-                    if a.get("peak_mem_gb") and b.get("peak_mem_gb")
-                    else None,
-                }
-        report["equal_work_4k"]["seq"] = seq4
-    if "maxseq" in parts:
-        ours_l = TINY_OURS_LADDER if args.tiny else OURS_LADDER
-        sf_l = TINY_SF_LADDER if args.tiny else SF_LADDER
-        ms = {"ours": max_seq(args, budget, "ours_lean", ours_l, 0.55, 2)}
-        if sf_ok:
-            ms["specforge"] = max_seq(args, budget, "specforge", sf_l, 0.9, 0)
-        report["max_seq_detail"] = ms
-        report["max_seq"] = {side: d["max_ok"] for side, d in ms.items()}
-        if not sf_ok:
-            report["max_seq"]["specforge"] = None
-        if report["max_seq"].get("ours") and report["max_seq"].get("specforge"):
-            report["max_seq"]["ratio"] = round(
-                report["max_seq"]["ours"] / report["max_seq"]["specforge"], 2
-            )
-        by_seq = {t["seq"]: t for t in ms["ours"]["trials"]}
-        for label, seq in (("throughput_16k", 16 * K), ("throughput_32k", 32 * K)):
-            seq = seq if not args.tiny else {16 * K: 512, 32 * K: 1024}[seq]
-            t = by_seq.get(seq, {})
-            report[label] = (
-                {
-                    k: t.get(k)
-                    for k in (
-                        "seq",
-                        "tokens_per_s",
-                        "mfu",
-                        "model_tflops_per_s",
-                        "peak_mem_gb",
-                        "step_s",
-                    )
-                }
-                | {"options": "checkpoint_ttt_steps + loss_recompute"}
-                if t.get("ok")
-                else {"seq": seq, "error": t.get("error", "not reached")}
-            )
-    if "accept" in parts:
-        budget.reserve = 0
-        report["accept_by_position"] = run_worker(args, "accept", [], budget.left())
-    report["elapsed_s"] = round(time.time() - budget.start, 1)
     if args.part and args.out.exists():  # a run of some parts updates the others' result
-        old = json.loads(args.out.read_text())
-        report = {**old, **report}
-    save_result(args.out, report)
-    print(json.dumps(report, indent=1, default=str)[:5000])
+        report = {**json.loads(args.out.read_text()), **report}
+    of_part = {"equal_work_4k": "equal", "max_seq": "maxseq", "throughput_16k": "maxseq",
+               "throughput_32k": "maxseq", "accept_by_position": "accept"}  # fmt: skip
+    for key, part in of_part.items():
+        if part in parts:
+            report[key] = {"cut": PENDING}
+        elif key not in report:
+            report[key] = {"cut": "not run (part not selected)"}
+    run = Run(args, report)
+    run.save()  # the file exists from the start; each part replaces its keys when it ends
+    try:
+        if "equal" in parts or "accept" in parts:
+            run.equal_and_accept(parts)
+        if "maxseq" in parts:
+            run.max_seq()
+    finally:
+        for role in list(run.pool.live):
+            run.pool.kill(role)
+        for key in of_part:
+            if report.get(key) == {"cut": PENDING}:
+                report[key] = {"cut": "not reached in the budget"}
+        run.save()
+    print(
+        json.dumps(
+            {k: v for k, v in report.items() if k != "max_seq_detail"}, indent=1, default=str
+        )[:6000]
+    )
     print_summary(report)
+    return 0
+
+
+def worker(args) -> int:
+    import torch
+
+    if args.device == "cpu":
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = True
+    if args.worker == "accept":
+        import long_context_accept
+
+        long_context_accept.run(args)
+        return 0
+    trials.Worker(args).run()
     return 0
 
 
 def print_summary(r: dict) -> None:
     e = r.get("equal_work_4k", {})
     sf = e.get("specforge", {})
-    for side in ("ours", "ours_lean") if e else ():
+    for side in ("ours", "ours_mid", "ours_lean"):
         o = e.get(side, {})
         ratio = e.get(f"{side}_vs_specforge", {})
         print(
             f"long-context [4K equal work] {side}: {o.get('tokens_per_s')} tok/s, "
             f"{o.get('peak_mem_gb')} GB vs SpecForge {sf.get('tokens_per_s')} tok/s, "
             f"{sf.get('peak_mem_gb')} GB: throughput {ratio.get('throughput_ratio')}x, "
-            f"memory {ratio.get('memory_ratio')}x"
+            f"memory {ratio.get('memory_ratio')}x" + (f" ({o['cut']})" if "cut" in o else "")
         )
-    if "max_seq" in r:
-        m = r["max_seq"]
-        print(
-            f"long-context [max seq] ours {m.get('ours')} vs SpecForge {m.get('specforge')} tokens "
-            f"(ratio {m.get('ratio')}; goal >= 65536 and >= 2x)"
-        )
+    m = r.get("max_seq", {})
+    print(
+        f"long-context [max seq] ours {m.get('ours')} vs SpecForge {m.get('specforge')} tokens "
+        f"(ratio {m.get('ratio')}; goal >= 65536 and >= 2x)"
+    )
     for label in ("throughput_16k", "throughput_32k"):
-        if label in r:
-            t = r[label]
-            print(f"long-context [{label}] {t.get('tokens_per_s')} tok/s, MFU {t.get('mfu')}")
+        t = r.get(label, {})
+        print(
+            f"long-context [{label}] {t.get('tokens_per_s')} tok/s, MFU {t.get('mfu')}"
+            + (f" ({t['cut']})" if "cut" in t else "")
+        )
     acc = r.get("accept_by_position", {})
     for name in ("without_long", "with_long"):
-        if name in acc:
-            cells = ", ".join(f"{x['bucket']}: {x['accept_length']}" for x in acc[name])
+        cells = acc.get(name)
+        if isinstance(cells, list):
+            print(
+                f"long-context [accept by position] {name}: "
+                + ", ".join(f"{x['bucket']}: {x['accept_length']}" for x in cells)
+            )
+        else:
             print(f"long-context [accept by position] {name}: {cells}")
-    if "error" in acc:
-        print(f"long-context [accept by position] error: {acc['error'][-400:]}")
 
 
 if __name__ == "__main__":

@@ -179,8 +179,13 @@ def build(args, device):
     )
     bf16 = device != "cpu"
     torch.manual_seed(0)
-    drafter = Eagle3Drafter(config)
-    drafter.init_weights(0.02, torch.Generator().manual_seed(0))
+    # on_device (bench_long_context): made and initialised on the GPU, not on the host (the
+    # Kimi shape's 2.3 B host floats take tens of seconds there; other draws, same shapes)
+    on_device = bool(getattr(args, "on_device", False)) and device != "cpu"
+    with torch.device(device if on_device else "cpu"):
+        drafter = Eagle3Drafter(config)
+    gen = torch.Generator(device=device if on_device else "cpu").manual_seed(0)
+    drafter.init_weights(0.02, gen)
     vd, v = dims["draft_vocab"], dims["vocab"]
     drafter.set_vocab(*vocab_mapping(v, vd))
     cdtype = torch.bfloat16 if bf16 else torch.float32

@@ -161,6 +161,13 @@ class TrainSection:
         "ddp",
         choices=("ddp", "fsdp"),
     )
+    sequence_parallel: bool = doc(
+        "under torchrun: every rank trains the same packed batch, each its contiguous share of "
+        "the positions (any rank count; gradients summed over ranks: exactly the one-rank step); "
+        "for samples too long for one GPU. Chunked attention, no idle-row skipping, not with "
+        "parallel: fsdp",
+        False,
+    )
     skip_idle_rows: bool = doc(
         "run TTT steps >= 1 and the draft lm_head only at positions with loss (or counted by the "
         "simulated acceptance); exact: same loss, gradients and metrics, less compute on prompts",
@@ -176,6 +183,23 @@ class TrainSection:
     checkpoint_ttt_steps: bool = doc(
         "long sequences: activation checkpointing per TTT step (exact; recomputes each step's "
         "layer in backward)",
+        False,
+    )
+    cast_weights_once: bool = doc(
+        "bf16: the layer's matrices are cast once per step and shared by the TTT steps instead "
+        "of a saved copy per TTT step (exact: gradients still sum in fp32; ~1.4 GiB per TTT step "
+        "less at the Kimi shape; not with parallel: fsdp)",
+        False,
+    )
+    recompute_elementwise: bool = doc(
+        "the fp32 TTT-diagonal merge and the RMSNorm before the draft lm_head keep only their "
+        "inputs and are recomputed in backward (exact; elementwise work only)",
+        False,
+    )
+    compile_loss: bool = doc(
+        "the soft CE's per-chunk fp32 math (log-sum-exp, CE, argmax, logit gradient) as "
+        "torch.compile'd fused kernels instead of a dozen eager passes (same math; falls back "
+        "to eager if it cannot compile)",
         False,
     )
     teacher_fp32: bool = doc("compute teacher logits in fp32 (slower; bf16 matches serving)", False)

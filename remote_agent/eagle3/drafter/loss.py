@@ -91,9 +91,51 @@ def teacher(
     return Teacher(p, arg, t2d[arg])
 
 
+def _chunk_forward(zl: torch.Tensor, pc: torch.Tensor, rw: torch.Tensor, want_grad: bool):
+    """One chunk's (weighted CE sum, argmax, d loss / d z in zl's dtype or None); zl: the
+    chunk's logits as the matmul gave them (compute dtype), widened to fp32 here."""
+    acc = torch.promote_types(zl.dtype, torch.float32)  # fp32 (fp64 in gradient checks)
+    z, pc, rw = zl.to(acc), pc.to(acc), rw.to(acc)
+    lse = torch.logsumexp(z, dim=-1)
+    # -sum p log softmax(z) = lse - sum p z   (p sums to 1)
+    loss = ((lse - (pc * z).sum(-1)) * rw).sum()
+    grad = _grad_logits(z, lse, pc, rw).to(zl.dtype) if want_grad else None
+    return loss, z.argmax(-1), grad
+
+
+_COMPILED: dict[str, object] = {}
+
+
+def _chunk_math(compiled: bool):
+    """The chunk's fp32 math: eager, or (train.compile_loss) one fused compiled kernel set
+    instead of a dozen passes over [chunk, Vd] fp32 tensors. A compile failure (not an OOM)
+    falls back to eager once, with a warning."""
+    if not compiled or "failed" in _COMPILED:
+        return _chunk_forward
+    if "fn" not in _COMPILED:
+        _COMPILED["fn"] = torch.compile(_chunk_forward, dynamic=True)
+    fn = _COMPILED["fn"]
+
+    def guarded(*args):
+        try:
+            return fn(*args)  # type: ignore[operator]
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 (any compile failure: eager is the same math)
+            import warnings
+
+            _COMPILED["failed"] = f"{type(exc).__name__}: {exc}"[:300]
+            warnings.warn(
+                f"compile_loss: soft CE not compiled, eager from now: {exc}", stacklevel=2
+            )
+            return _chunk_forward(*args)
+
+    return guarded
+
+
 class _SoftCE(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h, weight, p, row_weight, chunk, recompute=False):
+    def forward(ctx, h, weight, p, row_weight, chunk, recompute=False, compiled=False):
         w = weight.to(h.dtype)
         n = h.shape[0]
         acc = torch.promote_types(h.dtype, torch.float32)  # fp32 (fp64 in gradient checks)
@@ -101,15 +143,15 @@ class _SoftCE(torch.autograd.Function):
         grad_z = None if recompute else torch.empty(n, w.shape[0], dtype=h.dtype, device=h.device)
         total = torch.zeros((), dtype=acc, device=h.device)
         arg = torch.empty(n, dtype=torch.long, device=h.device)
+        math = _chunk_math(compiled)
         for lo in range(0, n, chunk):
-            z = (h[lo : lo + chunk] @ w.T).to(acc)
-            pc, rw = p[lo : lo + chunk].to(acc), row_weight[lo : lo + chunk].to(acc)
-            lse = torch.logsumexp(z, dim=-1)
-            # -sum p log softmax(z) = lse - sum p z   (p sums to 1)
-            total += ((lse - (pc * z).sum(-1)) * rw).sum()
-            arg[lo : lo + chunk] = z.argmax(-1)
+            zl = h[lo : lo + chunk] @ w.T
+            pc, rw = p[lo : lo + chunk], row_weight[lo : lo + chunk]
+            loss, arg_c, grad = math(zl, pc, rw, grad_z is not None)
+            total += loss
+            arg[lo : lo + chunk] = arg_c
             if grad_z is not None:
-                grad_z[lo : lo + chunk] = _grad_logits(z, lse, pc, rw).to(h.dtype)
+                grad_z[lo : lo + chunk] = grad
         if recompute:
             ctx.save_for_backward(h, w, p, row_weight)
         else:
@@ -124,7 +166,7 @@ class _SoftCE(torch.autograd.Function):
         if not ctx.recompute:
             h, w, grad_z = ctx.saved_tensors
             g = grad_z * grad_total.to(grad_z.dtype)
-            return g @ w, (g.T @ h).to(ctx.weight_dtype), None, None, None, None
+            return g @ w, (g.T @ h).to(ctx.weight_dtype), None, None, None, None, None
         h, w, p, row_weight = ctx.saved_tensors
         acc = torch.promote_types(h.dtype, torch.float32)
         grad_h = torch.empty_like(h)
@@ -137,7 +179,7 @@ class _SoftCE(torch.autograd.Function):
             g = (_grad_logits(z, lse, pc, rw) * grad_total.to(acc)).to(h.dtype)
             grad_h[lo : lo + ctx.chunk] = g @ w
             grad_w += g.T @ hc
-        return grad_h, grad_w.to(ctx.weight_dtype), None, None, None, None
+        return grad_h, grad_w.to(ctx.weight_dtype), None, None, None, None, None
 
 
 def _grad_logits(z, lse, p, rw):
@@ -145,14 +187,18 @@ def _grad_logits(z, lse, p, rw):
     return (torch.exp(z - lse.unsqueeze(-1)) - p) * rw.unsqueeze(-1)
 
 
-def soft_ce(h, weight, p, row_weight, chunk: int = 2048, recompute: bool = False):
+def soft_ce(
+    h, weight, p, row_weight, chunk: int = 2048, recompute: bool = False, compiled: bool = False
+):
     """(sum_t row_weight_t * CE(p_t, softmax(h_t W^T)), draft argmax per row).
 
     h [N, H] (normed hidden), weight [Vd, H] (lm_head), p [N, Vd] fp32, row_weight [N].
     recompute: backward recomputes the logits chunk by chunk instead of keeping the [N, Vd]
     logit gradient from the forward (one more matmul per chunk; for long sequences).
+    compiled: each chunk's fp32 math (log-sum-exp, CE, argmax, logit gradient) runs as
+    torch.compile'd fused kernels (train.compile_loss).
     """
-    return _SoftCE.apply(h, weight, p, row_weight, chunk, recompute)
+    return _SoftCE.apply(h, weight, p, row_weight, chunk, recompute, compiled)
 
 
 def soft_ce_reference(h, weight, p, row_weight):

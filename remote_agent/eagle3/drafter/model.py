@@ -333,6 +333,7 @@ class Eagle3Drafter(nn.Module):
         steps: int,
         rows: torch.Tensor | None = None,
         checkpoint: bool = False,
+        cast_once: torch.dtype | None = None,
     ):
         """Unroll `steps` draft steps over a packed sequence; returns the pre-norm outputs.
 
@@ -347,7 +348,15 @@ class Eagle3Drafter(nn.Module):
 
         checkpoint: activation checkpointing per TTT step (long sequences): a step keeps its
         output, key and value; everything inside it is recomputed during backward.
+
+        cast_once: the layer's matrices are cast to this dtype once for the whole unroll and
+        shared by its steps (memory.py: SharedCast), instead of once per step and call (autocast
+        under torch.compile keeps a copy per step for backward). Gradients still reach the fp32
+        masters per step and accumulate there in fp32, as with autocast.
         """
+        from remote_agent.eagle3.drafter.memory import shared_casts
+
+        casts = shared_casts(self.midlayer, cast_once) if cast_once is not None else None
         hidden = self.project(aux)
         k0 = v0 = None
         ks: list[torch.Tensor] = []
@@ -364,10 +373,10 @@ class Eagle3Drafter(nn.Module):
 
                 out, kk, vv = ckpt(
                     self._step, hidden, ids_k, pos_k + k, attention, k0, v0, tuple(ks), tuple(vs),
-                    use_reentrant=False,
+                    casts, use_reentrant=False,
                 )  # fmt: skip
             else:
-                out, kk, vv = self._step(hidden, ids_k, pos_k + k, attention, k0, v0, ks, vs)
+                out, kk, vv = self._step(hidden, ids_k, pos_k + k, attention, k0, v0, ks, vs, casts)
             if k == 0:
                 k0, v0 = kk, vv
             else:
@@ -377,15 +386,19 @@ class Eagle3Drafter(nn.Module):
             hidden = self.next_hidden(out)
         return outs
 
-    def _step(self, hidden, ids, positions, attention, k0, v0, ks, vs):
-        """One draft step -> (pre-norm output, this step's key, value); step 0 when k0 is None."""
+    def _step(self, hidden, ids, positions, attention, k0, v0, ks, vs, casts=None):
+        """One draft step -> (pre-norm output, this step's key, value); step 0 when k0 is None.
+        casts: the layer's shared low-precision matrices (memory.shared_casts) or None."""
+        from remote_agent.eagle3.drafter.memory import layer_weights
+
         layer = self.midlayer
-        q, kk, vv, residual = layer.pre(hidden, self.embed_tokens(ids), positions)
-        if k0 is None:
-            k0, v0 = kk, vv
-        else:
-            ks, vs = [*ks, kk], [*vs, vv]
-        return layer.post(attention(q, k0, v0, ks, vs), residual), kk, vv
+        with layer_weights(layer, casts):
+            q, kk, vv, residual = layer.pre(hidden, self.embed_tokens(ids), positions)
+            if k0 is None:
+                k0, v0 = kk, vv
+            else:
+                ks, vs = [*ks, kk], [*vs, vv]
+            return layer.post(attention(q, k0, v0, ks, vs), residual), kk, vv
 
     # -- inference: one chain of draft tokens --------------------------------------------
 

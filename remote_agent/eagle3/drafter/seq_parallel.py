@@ -15,7 +15,7 @@ its own query rows, so the result is exactly the single-rank attention of those 
 
 `seq_parallel_step` is the whole training step of one sequence on top of it (teacher of the
 rank's rows plus a halo of `steps` final states, TTT unroll, soft CE normalised by the global
-valid counts, backward). Not yet a `train` option: the loader would hand each rank its slice.
+valid counts, backward): seq_parallel_train.py, which `train.sequence_parallel` runs.
 
 Backends: `chunked` (query blocks, recomputed in backward) and `dense` (reference), exactly as
 ttt_attention's. A ring variant would hold one remote block at a time instead of the gathered
@@ -89,7 +89,9 @@ class SeqParallelAttention:
         backend: str = "chunked",
         block: int = BLOCK,
         group=None,
+        recompute_merge: bool = False,
     ) -> None:
+        self.recompute_merge = recompute_merge  # memory.merge_recomputed, as TTTAttention's
         if backend not in ("chunked", "dense"):
             raise ValueError(f"sequence parallel attention: backend {backend!r} (chunked|dense)")
         world = dist.get_world_size(group) if dist.is_initialized() else 1
@@ -122,53 +124,39 @@ class SeqParallelAttention:
 
     def __call__(self, q, k0, v0, ks, vs):
         o0, lse0 = self.causal(q, k0, v0)
+        if self.recompute_merge and ks:
+            from remote_agent.eagle3.drafter.memory import merge_recomputed
+
+            return merge_recomputed(o0, lse0, q, ks, vs, self.scale)
         return merge_diagonal(o0, lse0, q, ks, vs, self.scale)
 
 
 def seq_parallel_step(drafter, b, lm_head, steps: int, step_w: list[float], offsets, **kw):
-    """One packed sequence's TTT loss split across ranks, backward included (B = 1).
+    """One packed sequence's TTT loss split across ranks, backward included (B = 1): the
+    trainer's step (seq_parallel_train.sp_forward_backward) for a bare drafter in fp32.
 
-    Every rank holds the whole batch's small tensors (ids, masks, positions) and uses its own
-    rows of aux and final states (plus the `steps` final rows after its last one: the teachers
-    its last positions need). Returns (per-step weighted CE sums over all ranks, valid counts);
-    after it, the parameter gradients all-reduced with SUM equal the single-rank step's
-    (ttt_step.forward_backward without idle-row skipping).
-    kw: backend, block, loss_chunk, teacher_chunk, group.
+    Returns (per-step weighted CE sums over all ranks, valid counts); after it, the parameter
+    gradients all-reduced with SUM equal the single-rank step's (ttt_step.forward_backward
+    without idle-row skipping). kw: backend, block, loss_chunk, teacher_chunk, group.
     """
-    from remote_agent.eagle3.drafter.data import step_targets
-    from remote_agent.eagle3.drafter.loss import soft_ce, teacher
+    from contextlib import nullcontext
+
+    from remote_agent.eagle3.distributed import Dist
+    from remote_agent.eagle3.drafter.config import TrainSection
+    from remote_agent.eagle3.drafter.seq_parallel_train import sp_forward_backward
+    from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep
 
     group = kw.get("group")
-    rank = dist.get_rank(group)
-    lo, hi = offsets[rank], offsets[rank + 1]
-    n = b.input_ids.shape[1]
-    st = step_targets(b, steps)
-    final = b.final[0, lo : min(n, hi + steps)]
-    tch = teacher(final, lm_head, drafter.draft_ids(), drafter.t2d, kw.get("teacher_chunk", 1024))
-    attention = SeqParallelAttention(
-        b.doc, offsets, drafter.midlayer.self_attn.scale, kw.get("backend", "chunked"),
-        kw.get("block", BLOCK), group,
+    tc = TrainSection(
+        ttt_steps=steps, skip_idle_rows=False, loss_chunk=kw.get("loss_chunk", 2048),
+        teacher_chunk=kw.get("teacher_chunk", 1024), device="cpu",
     )  # fmt: skip
-    dtype = drafter.fc.weight.dtype
-    outs = drafter.ttt(
-        b.aux[:, lo:hi].to(dtype), [x[:, lo:hi] for x in st.ids], b.positions[:, lo:hi],
-        attention, steps,
+    ctx = StepContext(
+        TTTStep(drafter, steps, tc.loss_chunk), lm_head, drafter.draft_ids(), drafter.t2d, steps,
+        step_w, drafter.midlayer.self_attn.scale, kw.get("backend", "chunked"), nullcontext(),
+        False, Dist(dist.get_rank(group), dist.get_world_size(group)), tc,
     )  # fmt: skip
-    losses, weights = [], []
-    for k in range(steps):
-        m = max(0, min(hi, n - 1 - k) - lo)  # this rank's positions t with a teacher at t+1+k
-        w = (st.weight[k][0, lo : lo + m] & tch.in_draft[1 + k : 1 + k + m]).float()
-        weights.append(w)
-        h = drafter.norm(outs[k][0, :m])
-        loss, _ = soft_ce(
-            h, drafter.lm_head.weight.to(h.dtype), tch.p[1 + k : 1 + k + m], w,
-            kw.get("loss_chunk", 2048),
-        )  # fmt: skip
-        losses.append(loss)
-    counts = torch.stack([w.sum() for w in weights])
-    dist.all_reduce(counts, group=group)
-    total = sum(step_w[k] * losses[k] / counts[k].clamp(min=1) for k in range(steps))
-    total.backward()
-    sums = torch.stack([x.detach() for x in losses])
+    out = sp_forward_backward(ctx, b, 0, offsets, kw.get("block", BLOCK), group)
+    sums = torch.stack([x.detach() for x in out.losses])
     dist.all_reduce(sums, group=group)
-    return sums, counts
+    return sums, out.counts

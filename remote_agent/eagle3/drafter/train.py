@@ -4,7 +4,8 @@ setup (distributed, device, data plan, target lm_head + embedding, vocab mapping
 optimizer, schedule, resume) -> for each packed batch: `forward_backward` (ttt_step.py: teacher
 from the stored final hidden states, TTT unroll, weighted soft CE per step, backward), clip,
 AdamW step -> metrics and progress lines, atomic checkpoints. Runs alone or under torchrun
-(DDP; FSDP2 with `train.parallel: fsdp`; parallel.py). Resume and checkpoint state:
+(DDP; FSDP2 with `train.parallel: fsdp`; parallel.py; or every rank a share of the same long
+batch with `train.sequence_parallel`: seq_parallel_train.py). Resume and checkpoint state:
 train_state.py; the metric window: train_metrics.py.
 """
 
@@ -31,6 +32,12 @@ from remote_agent.eagle3.drafter.loss import load_target_tensor
 from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
 from remote_agent.eagle3.drafter.multinode import check_shared_out
 from remote_agent.eagle3.drafter.parallel import load_optimizer, trainable_count, wrap
+from remote_agent.eagle3.drafter.seq_parallel import split_offsets
+from remote_agent.eagle3.drafter.seq_parallel_train import (
+    all_reduce_grads,
+    sp_backend,
+    sp_forward_backward,
+)
 from remote_agent.eagle3.drafter.simulate import chain_depth
 from remote_agent.eagle3.drafter.train_metrics import Window
 from remote_agent.eagle3.drafter.ttt_attention import pick_backend
@@ -110,9 +117,14 @@ def train(cfg: Config) -> dict[str, Any]:
     tc = cfg.train
     d, bf16, backend = _devices(tc)
     device = d.device
+    if tc.cast_weights_once and tc.parallel == "fsdp" and d.world > 1:
+        raise BadInput("train.cast_weights_once does not combine with train.parallel: fsdp")
+    sp = tc.sequence_parallel and d.world > 1  # every rank the same batch, its share of positions
+    if sp and tc.parallel == "fsdp":
+        raise BadInput("train.sequence_parallel does not combine with train.parallel: fsdp")
     out_dir = Path(tc.out_dir)
     ckpt_dir = out_dir / "checkpoints"
-    plan = _plan(cfg, d)
+    plan = _plan(cfg, d, 1 if sp else d.world)
     steps_per_epoch = plan.steps_per_epoch(0)
     total_steps = tc.max_steps or tc.epochs * steps_per_epoch
     # with max_steps, allow one more epoch: packing varies a little from epoch to epoch
@@ -125,11 +137,12 @@ def train(cfg: Config) -> dict[str, Any]:
     res = train_state.resume(cfg, ckpt_dir, drafter, d)  # weights now, optimizer after wrapping
     global_step = res.global_step
     step_module = TTTStep(
-        drafter, tc.ttt_steps, tc.loss_chunk, tc.checkpoint_ttt_steps, tc.loss_recompute
-    )
+        drafter, tc.ttt_steps, tc.loss_chunk, tc.checkpoint_ttt_steps, tc.loss_recompute,
+        tc.cast_weights_once, tc.recompute_elementwise, tc.compile_loss,
+    )  # fmt: skip
     if device.type == "cuda" and tc.compile:
         compile_layer(drafter, tc.checkpoint_ttt_steps)
-    model = wrap(step_module, d, tc.parallel, bf16)
+    model = step_module if sp else wrap(step_module, d, tc.parallel, bf16)
     params = [p for p in model.parameters() if p.requires_grad]
     opt, sched = _optimizer(params, tc, total_steps, device)
     if res.state is not None:
@@ -139,7 +152,8 @@ def train(cfg: Config) -> dict[str, Any]:
     if d.main:
         n_trainable = trainable_count(model, step_module, drafter)
         resumed = f"; resumed from {res.path.name} at step {global_step}" if res.path else ""
-        _announce(cfg, out_dir, drafter, plan, d, (steps_per_epoch, total_steps), backend, bf16)
+        shown = sp_backend(backend) if sp else backend
+        _announce(cfg, out_dir, drafter, plan, d, (steps_per_epoch, total_steps), shown, bf16)
         print(f"  {n_trainable / 1e6:.1f} M trainable params; vocab {vocab_n}{resumed}", flush=True)
 
     steps_k = tc.ttt_steps
@@ -153,7 +167,8 @@ def train(cfg: Config) -> dict[str, Any]:
         model, lm_head, draft_ids, drafter.t2d, steps_k, step_w, scale, backend, autocast, bf16, d, tc
     )  # fmt: skip
     pin = cfg.data.pin_memory and device.type == "cuda"
-    loader = Loader(plan, d.rank, res.epoch, res.step, epochs, prefetch=cfg.data.prefetch, pin=pin)
+    rank = 0 if sp else d.rank  # sequence parallel: every rank loads rank 0's batches
+    loader = Loader(plan, rank, res.epoch, res.step, epochs, prefetch=cfg.data.prefetch, pin=pin)
     window = Window(step_w, depth)
     progress = Progress("train", total_steps, "step", start=global_step) if d.main else None
     last_rec: dict[str, Any] = {}
@@ -163,7 +178,12 @@ def train(cfg: Config) -> dict[str, Any]:
             if global_step >= total_steps:
                 break
             b = host_batch.to(device)
-            out = forward_backward(step_ctx, b, global_step)
+            if sp:
+                offsets = split_offsets(b.input_ids.shape[1], d.world)
+                out = sp_forward_backward(step_ctx, b, global_step, offsets)
+                all_reduce_grads(params)
+            else:
+                out = forward_backward(step_ctx, b, global_step)
             grad_norm = (
                 torch.nn.utils.clip_grad_norm_(params, tc.grad_clip)
                 if tc.grad_clip > 0
@@ -174,9 +194,11 @@ def train(cfg: Config) -> dict[str, Any]:
             sched.step()
             opt.zero_grad(set_to_none=True)
             global_step += 1
-            tokens_seen += b.tokens * d.world  # every rank's batch is packed the same way
+            # every rank's batch is packed the same way (sequence parallel: the same batch)
+            tokens_seen += b.tokens * (1 if sp else d.world)
             with torch.no_grad():
-                window.add(out, b, draft_ids, grad_norm, lr_now)
+                own_tokens = (b.tokens if d.main else 0) if sp else b.tokens
+                window.add(out, b, draft_ids, grad_norm, lr_now, own_tokens)
             if global_step % tc.log_every == 0 or global_step == total_steps:
                 now = time.perf_counter()
                 last_rec = window.emit(
@@ -188,7 +210,7 @@ def train(cfg: Config) -> dict[str, Any]:
                         f.write(json.dumps(last_rec) + "\n")
             if progress is not None:
                 progress.advance(1, tokens=tokens_seen, epoch=epoch)
-            position = train_state.next_position(epoch, step_in_epoch, plan, d.world)
+            position = train_state.next_position(epoch, step_in_epoch, plan, plan.world)
             stop_here = tc.stop_after_step is not None and global_step == tc.stop_after_step
             if (tc.save_every and global_step % tc.save_every == 0) or stop_here:
                 train_state.save(
@@ -236,8 +258,8 @@ def _devices(tc) -> tuple[Dist, bool, str]:
     return d, bf16, pick_backend(tc.attention, d.device)
 
 
-def _plan(cfg: Config, d: Dist) -> Plan:
-    """The data plan (shard headers + dataset index only)."""
+def _plan(cfg: Config, d: Dist, world: int) -> Plan:
+    """The data plan (shard headers + dataset index only) for `world` data-parallel ranks."""
     for name in ("dump", "dataset"):
         if not getattr(cfg.data, name):
             raise BadInput(f"data.{name} is required")
@@ -250,14 +272,14 @@ def _plan(cfg: Config, d: Dist) -> Plan:
         cfg.data.max_tokens,
         cfg.data.max_len,
         seed=cfg.train.seed,
-        world=d.world,
+        world=world,
         pack_window=cfg.data.pack_window,
         holdout_fraction=cfg.data.holdout_fraction,
         long_samples=cfg.data.long_samples,
     )
     if plan.steps_per_epoch(0) == 0:
         raise BadInput(
-            f"{len(plan.samples)} samples make fewer packed batches than ranks ({d.world}); "
+            f"{len(plan.samples)} samples make fewer packed batches than ranks ({world}); "
             "lower data.max_tokens or add data"
         )
     return plan
@@ -304,8 +326,9 @@ def _announce(cfg, out_dir, drafter, plan, d, steps, backend, bf16):
     _write_json(out_dir / "model_config.json", drafter.config)
     print(
         f"eagle3 train: {len(plan.samples)} samples, {plan.total_tokens} tokens, "
-        f"{steps_per_epoch} steps/epoch x {d.world} rank(s), {total_steps} steps; "
-        f"attention {backend}; {'bf16' if bf16 else 'fp32'}"
+        f"{steps_per_epoch} steps/epoch x {plan.world} rank(s), {total_steps} steps; "
+        + (f"each split over {d.world} ranks (sequence parallel); " if plan.world < d.world else "")
+        + f"attention {backend}; {'bf16' if bf16 else 'fp32'}"
         + (f"; {plan.not_dumped} dataset record(s) not in the dump" if plan.not_dumped else "")
         + (f"; {plan.long_count} long sample(s) trained alone" if plan.long_count else ""),
         flush=True,

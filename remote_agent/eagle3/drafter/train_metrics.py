@@ -34,7 +34,8 @@ class Window:
         self._dev: list[torch.Tensor] = []
         self.breakdown = Breakdown(self.steps, self.depth)  # acc_k_all, sim per source
 
-    def add(self, out: StepOut, b, draft_ids, grad_norm, lr) -> None:
+    def add(self, out: StepOut, b, draft_ids, grad_norm, lr, tokens: int | None = None) -> None:
+        """tokens: this rank's share of the batch's tokens (default all of them)."""
         losses, args, weights, counts = out.losses, out.args, out.weights, out.counts
         tch = out.teacher
         n = b.input_ids.shape[1]
@@ -54,7 +55,7 @@ class Window:
             s, c, _ = chain_acceptance(match, out.sim_valid[:rows], self.depth)
             self.sim_sum += s
             self.sim_n += c
-        self.tokens += b.tokens
+        self.tokens += b.tokens if tokens is None else tokens
         self.n += 1
         if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
             grad_norm = grad_norm.full_tensor()

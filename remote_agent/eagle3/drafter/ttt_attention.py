@@ -56,8 +56,11 @@ class TTTAttention:
         block: int = BLOCK,
         compiled: bool = True,
         rows: torch.Tensor | None = None,
+        recompute_merge: bool = False,
     ):
         self.doc = doc
+        # memory.py: the fp32 merge keeps only its inputs and is recomputed in backward
+        self.recompute_merge = recompute_merge
         self.compiled = compiled  # eager flex (tests on CPU) materialises the scores
         self.scale = scale
         self.backend = backend
@@ -102,6 +105,10 @@ class TTTAttention:
 
     def __call__(self, q, k0, v0, ks, vs):
         o0, lse0 = self.causal(q, k0, v0)
+        if self.recompute_merge and ks:
+            from remote_agent.eagle3.drafter.memory import merge_recomputed
+
+            return merge_recomputed(o0, lse0, q, ks, vs, self.scale)
         return merge_diagonal(o0, lse0, q, ks, vs, self.scale)
 
 

@@ -8,6 +8,7 @@ positions the steps >= 1 must compute.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -16,6 +17,7 @@ from torch import nn
 from remote_agent.eagle3.distributed import Dist
 from remote_agent.eagle3.drafter.data import step_targets
 from remote_agent.eagle3.drafter.loss import soft_ce, teacher
+from remote_agent.eagle3.drafter.memory import recomputed
 from remote_agent.eagle3.drafter.model import Eagle3Drafter
 from remote_agent.eagle3.drafter.simulate import chain_depth
 from remote_agent.eagle3.drafter.ttt_attention import TTTAttention
@@ -31,16 +33,32 @@ class TTTStep(nn.Module):
         loss_chunk: int,
         checkpoint_steps: bool = False,
         loss_recompute: bool = False,
+        cast_weights_once: bool = False,
+        recompute_elementwise: bool = False,
+        compile_loss: bool = False,
     ) -> None:
         super().__init__()
         self.drafter, self.steps, self.loss_chunk = drafter, steps, loss_chunk
         # long-sequence memory options (exact: same losses and gradients, more compute)
         self.checkpoint_steps, self.loss_recompute = checkpoint_steps, loss_recompute
+        # the middle set (memory.py): exact, next to no extra compute
+        self.cast_weights_once = cast_weights_once
+        self.recompute_elementwise = recompute_elementwise
+        self.compile_loss = compile_loss  # the soft CE's chunk math as compiled kernels
 
     def forward(self, aux, ids, positions, attention, p, weights, plan: RowPlan):
         """Per TTT step: (weighted CE sum, draft argmax per position; -1 where not computed)."""
         d = self.drafter
-        outs = d.ttt(aux, ids, positions, attention, self.steps, plan.rows, self.checkpoint_steps)
+        dev = aux.device.type
+        cast = (
+            torch.get_autocast_dtype(dev)
+            if self.cast_weights_once and torch.is_autocast_enabled(dev)
+            else None
+        )
+        outs = d.ttt(
+            aux, ids, positions, attention, self.steps, plan.rows, self.checkpoint_steps, cast
+        )
+        norm = partial(recomputed, d.norm) if self.recompute_elementwise else d.norm
         n = aux.shape[1]
         losses, args = [], []
         w = None
@@ -48,13 +66,15 @@ class TTTStep(nn.Module):
             pos, idx, m = plan.loss_rows[k], plan.out_index[k], n - 1 - k
             # position t uses the teacher of t+1+k
             if pos is None:  # every position: plain slices, no copies
-                h, pk, wk = d.norm(out[0, :m]), p[1 + k : 1 + k + m], weights[k]
+                h, pk, wk = norm(out[0, :m]), p[1 + k : 1 + k + m], weights[k]
             else:
-                h = d.norm(out[0].index_select(0, idx))
+                h = norm(out[0].index_select(0, idx))
                 pk, wk = p.index_select(0, pos + 1 + k), weights[k][pos]
             if w is None:  # cast the fp32 master once per step, not once per TTT step
                 w = d.lm_head.weight.to(h.dtype)
-            loss_k, arg_k = soft_ce(h, w, pk, wk, self.loss_chunk, self.loss_recompute)
+            loss_k, arg_k = soft_ce(
+                h, w, pk, wk, self.loss_chunk, self.loss_recompute, self.compile_loss
+            )
             losses.append(loss_k)
             if pos is not None:
                 arg_k = torch.full((m,), -1, device=arg_k.device).index_put((pos,), arg_k)
@@ -172,7 +192,9 @@ def forward_backward(c: StepContext, b, step: int) -> StepOut:
         rms = aux.float().pow(2).mean(-1, keepdim=True).sqrt()
         noise = torch.randn(aux.shape, generator=g, device=aux.device) * rms * tc.noise_std
         aux = (aux.float() + noise).to(aux.dtype)
-    attention = TTTAttention(b.doc, c.scale, c.backend, rows=plan.rows)
+    step_module = getattr(c.model, "module", c.model)  # DDP keeps it as .module
+    merge = bool(getattr(step_module, "recompute_elementwise", False))
+    attention = TTTAttention(b.doc, c.scale, c.backend, rows=plan.rows, recompute_merge=merge)
     with c.autocast:
         losses, args = c.model(aux, st.ids, b.positions, attention, tch.p, weights, plan)
     # normalised by the valid tokens of all ranks; DDP averages gradients over ranks

@@ -15,7 +15,13 @@ from remote_agent.eagle3.drafter.loss import soft_ce, soft_ce_reference
 from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep, forward_backward
 
 
-def run(arch: str, backend: str, skip: bool, checkpoint: bool, recompute: bool):
+def run(
+    arch: str, backend: str, skip: bool, checkpoint: bool, recompute: bool,
+    cast: bool = False, elementwise: bool = False, bf16: bool = False, hook=None,
+    compile_loss: bool = False,
+):  # fmt: skip
+    """One trainer step; bf16: under CPU bf16 autocast without its cast cache (a cast per use,
+    as the compiled GPU step does), the fp32 masters and aux as the trainer keeps them."""
     torch.manual_seed(0)
     drafter = model_drafter(arch, draft_vocab=60)
     lm_head, t2d = vocab()
@@ -24,25 +30,43 @@ def run(arch: str, backend: str, skip: bool, checkpoint: bool, recompute: bool):
     tc = TrainSection(ttt_steps=4, skip_idle_rows=skip, device="cpu")
     step_w = [tc.step_weight**k for k in range(tc.ttt_steps)]
     module = TTTStep(
-        drafter, tc.ttt_steps, 7, checkpoint_steps=checkpoint, loss_recompute=recompute
-    )
+        drafter, tc.ttt_steps, 7, checkpoint_steps=checkpoint, loss_recompute=recompute,
+        cast_weights_once=cast, recompute_elementwise=elementwise, compile_loss=compile_loss,
+    )  # fmt: skip
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16, cache_enabled=False)
     ctx = StepContext(
         module,
-        lm_head,
+        lm_head.to(torch.bfloat16) if bf16 else lm_head,
         drafter.draft_ids(),
         drafter.t2d,
         tc.ttt_steps,
         step_w,
         drafter.midlayer.self_attn.scale,
         backend,
-        torch.autocast("cpu", enabled=False),
-        False,
+        autocast,
+        bf16,
         Dist(),
         tc,
     )
-    out = forward_backward(ctx, chat_batch(), 0)
+    b = chat_batch()
+    if bf16:
+        b.aux, b.final = b.aux.to(torch.bfloat16), b.final.to(torch.bfloat16)
+    if hook is None:
+        out = forward_backward(ctx, b, 0)
+    else:
+        with torch.autograd.graph.saved_tensors_hooks(hook, lambda t: t):
+            out = forward_backward(ctx, b, 0)
     grads = {k: p.grad.clone() for k, p in drafter.named_parameters() if p.grad is not None}
     return out, grads
+
+
+def assert_same(lean, g_lean, plain, g_plain, rtol=1e-4, atol=1e-6, loss_rtol=1e-5):
+    for a, b in zip(lean.losses, plain.losses, strict=True):
+        torch.testing.assert_close(a, b, rtol=loss_rtol, atol=atol)
+    assert g_lean.keys() == g_plain.keys() and len(g_plain) > 5
+    for name, g in g_plain.items():
+        assert g.abs().sum() > 0 or name.endswith("bias"), name
+        torch.testing.assert_close(g_lean[name], g, rtol=rtol, atol=atol, msg=name)
 
 
 @pytest.mark.parametrize("arch", ["llama", "mla"])
@@ -63,6 +87,65 @@ def test_memory_options_equal_the_plain_unroll(arch, skip, checkpoint, recompute
         torch.testing.assert_close(g_lean[name], g, rtol=1e-4, atol=1e-6, msg=name)
     for a, b in zip(lean.args, plain.args, strict=True):
         assert torch.equal(a, b)
+
+
+MIDDLE = {  # (checkpoint, recompute, cast, elementwise)
+    "cast": (False, False, True, False),
+    "elementwise": (False, False, False, True),
+    "mid": (False, False, True, True),
+    "mid+recomp": (False, True, True, True),
+    "all": (True, True, True, True),
+}
+
+
+@pytest.mark.parametrize("arch", ["llama", "mla"])
+@pytest.mark.parametrize("skip", [False, True])
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("opts", list(MIDDLE), ids=list(MIDDLE))
+def test_middle_options_equal_the_plain_unroll(arch, skip, bf16, opts, monkeypatch):
+    """cast_weights_once and recompute_elementwise (alone, together, with the lean options):
+    the plain unroll's losses, gradients and draft argmax, in fp32 and under bf16 autocast. In
+    bf16 the reference has the same lean options (loss_recompute rounds its logit gradient at
+    another point than the kept one: an fp32 match only, tested above)."""
+    from remote_agent.eagle3.drafter import memory
+
+    monkeypatch.setattr(memory, "MERGE_ROWS", 7)  # several merge blocks, a short last one
+    checkpoint, recompute = MIDDLE[opts][:2]
+    ref = (checkpoint, recompute) if bf16 else (False, False)
+    plain, g_plain = run(arch, "chunked", skip, *ref, bf16=bf16)
+    lean, g_lean = run(arch, "chunked", skip, *MIDDLE[opts], bf16=bf16)
+    if bf16:  # the same bf16 matrices, kernels and fp32 gradient sums: bit for bit
+        assert_same(lean, g_lean, plain, g_plain, rtol=0, atol=0, loss_rtol=0)
+    else:
+        assert_same(lean, g_lean, plain, g_plain)
+    for a, b in zip(lean.args, plain.args, strict=True):
+        assert torch.equal(a, b)
+
+
+def saved_bytes(**opts) -> int:
+    """Bytes of the distinct storages autograd keeps during one bf16 step's forward."""
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        if torch._C._current_graph_task_id() == -1:  # forward, not checkpoint recomputation
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    run("llama", "chunked", False, False, False, bf16=True, hook=pack, **opts)
+    return sum(seen.values())
+
+
+def test_middle_options_keep_less_for_backward():
+    """The savings are real: one bf16 copy of the layer's matrices instead of one per TTT step
+    (4 steps: 3 copies fewer), and no fp32 merge or loss-norm insides."""
+    drafter = model_drafter("llama", draft_vocab=60)
+    matrices = sum(p.numel() * 2 for p in drafter.midlayer.parameters() if p.ndim == 2)
+    plain = saved_bytes()
+    cast = saved_bytes(cast=True)
+    assert plain - cast >= 3 * matrices
+    elementwise = saved_bytes(elementwise=True)
+    assert elementwise < plain * 0.9
+    assert saved_bytes(cast=True, elementwise=True) < min(cast, elementwise)
 
 
 @pytest.mark.parametrize("chunk", [1, 5, 64])
@@ -102,3 +185,54 @@ def test_flex_block_mask_of_packed_documents_stays_sparse():
     computed = int(mask.kv_num_blocks.sum()) + int(mask.full_kv_num_blocks.sum())
     assert computed == want
     assert computed * 40 < causal_blocks
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compiled_soft_ce_matches_the_eager_one(dtype, monkeypatch):
+    """train.compile_loss: the chunk math as inductor kernels (CPU here, CUDA on the GPU) gives
+    the eager losses, argmax and gradients (fused exp/log: within rounding)."""
+    from remote_agent.eagle3.drafter import loss as loss_mod
+
+    monkeypatch.setattr(loss_mod, "_COMPILED", {})
+    g = torch.Generator().manual_seed(0)
+    h0 = torch.randn(37, 16, generator=g).to(dtype)
+    w0 = torch.randn(40, 16, generator=g)
+    p = torch.softmax(torch.randn(37, 40, generator=g), -1)
+    rw = (torch.rand(37, generator=g) > 0.3).float()
+    res = []
+    for compiled in (False, True):
+        h, w = h0.clone().requires_grad_(), w0.clone().requires_grad_()
+        loss, arg = soft_ce(h, w, p, rw, 16, compiled=compiled)
+        (loss * 1.3).backward()
+        res.append((loss.detach(), arg, h.grad, w.grad))
+    assert "failed" not in loss_mod._COMPILED and "fn" in loss_mod._COMPILED
+    (l0, a0, gh0, gw0), (l1, a1, gh1, gw1) = res
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(l1, l0, rtol=1e-5, atol=1e-4)
+    assert torch.equal(a0, a1)
+    torch.testing.assert_close(gh1, gh0, **tol)
+    torch.testing.assert_close(gw1, gw0, **tol)
+    if dtype == torch.float32:
+        torch.testing.assert_close(l0, soft_ce_reference(h0, w0, p, rw), rtol=1e-5, atol=1e-4)
+
+
+def test_compiled_soft_ce_falls_back_to_eager(monkeypatch):
+    from remote_agent.eagle3.drafter import loss as loss_mod
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no compiler here")
+
+    monkeypatch.setattr(loss_mod, "_COMPILED", {"fn": broken})
+    g = torch.Generator().manual_seed(1)
+    h, w = torch.randn(9, 8, generator=g), torch.randn(12, 8, generator=g)
+    p, rw = torch.softmax(torch.randn(9, 12, generator=g), -1), torch.ones(9)
+    with pytest.warns(UserWarning, match="eager from now"):
+        loss, _ = soft_ce(h, w, p, rw, 4, compiled=True)
+    torch.testing.assert_close(loss, soft_ce_reference(h, w, p, rw))
+    assert "no compiler here" in loss_mod._COMPILED["failed"]
+
+
+def test_trainer_step_with_compile_loss_equals_the_plain_one():
+    plain, g_plain = run("llama", "chunked", True, False, False)
+    comp, g_comp = run("llama", "chunked", True, False, False, compile_loss=True)
+    assert_same(comp, g_comp, plain, g_plain, rtol=1e-4, atol=1e-5, loss_rtol=1e-5)

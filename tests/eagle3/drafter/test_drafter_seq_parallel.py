@@ -53,6 +53,7 @@ def _rank(rank: int, world: int, init: str, out: str, arch: str, backend: str) -
                 grads[name] = p.grad
         torch.save({"outs": [o.detach() for o in outs], "grads": grads}, f"{out}/rank{rank}.pt")
     finally:
+        dist.barrier()  # gloo aborts a rank whose peer leaves mid-exchange
         dist.destroy_process_group()
 
 
@@ -115,6 +116,7 @@ def _step_rank(rank: int, world: int, init: str, out: str) -> None:
                 grads[name] = p.grad
         torch.save({"sums": sums, "counts": counts, "grads": grads}, f"{out}/step{rank}.pt")
     finally:
+        dist.barrier()  # gloo aborts a rank whose peer leaves mid-exchange
         dist.destroy_process_group()
 
 

@@ -1,0 +1,133 @@
+"""Sequence parallelism as a `train` option (`train.sequence_parallel: true`, under torchrun).
+
+Every rank loads the same packed batch (the data plan of one rank) and trains its contiguous
+share of the positions (seq_parallel.split_offsets: any rank count, uneven shares): the teacher
+of its rows plus a halo of `ttt_steps` final states, the TTT unroll of its rows (the causal
+attention all-gathers the step-0 keys and values: seq_parallel.SeqParallelAttention), the soft
+CE of its rows normalised by the valid counts of all ranks, backward; then the parameter
+gradients are summed over ranks (one all-reduce) and every rank takes the same optimizer step.
+The sum equals the single-rank step's gradient, so a run on N ranks trains what one rank would
+(tests/eagle3/drafter/test_drafter_seq_parallel_train.py: the real `train` entry point under
+torchrun on 2 and 3 gloo ranks against one rank). Memory per rank: activations O(L / N), plus
+the gathered step-0 K/V and the batch's small per-position tensors.
+
+The result is a train.StepOut over the whole batch in which rows of other ranks carry no weight
+(argmax -1, chain starts off), so the metrics window sums every rank's share exactly once.
+Attention: the chunked kernel (or dense); flex is not split across ranks yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from remote_agent.eagle3.drafter.data import StepTargets, step_targets
+from remote_agent.eagle3.drafter.loss import Teacher, soft_ce, teacher
+from remote_agent.eagle3.drafter.memory import recomputed
+from remote_agent.eagle3.drafter.seq_parallel import SeqParallelAttention
+from remote_agent.eagle3.drafter.simulate import chain_depth
+from remote_agent.eagle3.drafter.ttt_attention import BLOCK
+from remote_agent.eagle3.drafter.ttt_step import RowPlan, StepContext, StepOut, chain_starts
+
+
+def sp_backend(backend: str) -> str:
+    """The split attention's kernel for the trainer's choice (flex is not split yet)."""
+    return backend if backend in ("chunked", "dense") else "chunked"
+
+
+def sp_forward_backward(
+    c: StepContext, b, step: int, offsets: list[int], block: int = BLOCK, group=None
+) -> StepOut:
+    """ttt_step.forward_backward of this rank's rows (B = 1, no idle-row skipping)."""
+    tc, n, steps = c.tc, b.input_ids.shape[1], c.steps
+    rank = dist.get_rank(group)
+    if n < len(offsets) - 1:
+        raise ValueError(f"a {n}-position batch cannot be split over {len(offsets) - 1} ranks")
+    lo, hi = offsets[rank], offsets[rank + 1]
+    module: Any = getattr(c.model, "module", c.model)  # the TTTStep: drafter, memory options
+    d: Any = module.drafter
+    dev = b.input_ids.device
+    st = step_targets(b, steps)
+    top = min(n, hi + steps)  # the teachers of t+1+k for this rank's t
+    part = teacher(
+        b.final[0, lo:top], c.lm_head, c.draft_ids, c.t2d, tc.teacher_chunk, tc.teacher_fp32
+    )
+    argmax = torch.full((n,), -2, dtype=torch.long, device=dev)  # never a draft id: no hit
+    argmax[lo:top] = part.argmax
+    in_draft = torch.zeros(n, dtype=torch.bool, device=dev)
+    in_draft[lo:top] = part.in_draft
+    own = torch.zeros(1, n, dtype=torch.bool, device=dev)
+    own[0, lo:hi] = True
+    weights = []
+    for k in range(steps):
+        w = st.weight[k][0] & own[0]
+        w[: n - 1 - k] &= in_draft[1 + k :]
+        weights.append(w[: n - 1 - k].float())
+    counts = torch.stack([w.sum() for w in weights])
+    dist.all_reduce(counts, group=group)
+    depth = min(chain_depth(tc.sim_steps, tc.sim_topk, tc.sim_draft_tokens), steps)
+    sim_valid = chain_starts(st, b.loss_mask, depth) & own[0]
+    aux = b.aux if c.bf16 else b.aux.float()
+    if tc.noise_std > 0:  # the single-rank step's noise (rank 0's seed), this rank's rows of it
+        g = torch.Generator(device=aux.device).manual_seed(tc.seed * 1_000_003 + step * 1009)
+        rms = aux.float().pow(2).mean(-1, keepdim=True).sqrt()
+        noise = torch.randn(aux.shape, generator=g, device=aux.device) * rms * tc.noise_std
+        aux = (aux.float() + noise).to(aux.dtype)
+    attention = SeqParallelAttention(
+        b.doc, offsets, c.scale, sp_backend(c.backend), block, group,
+        recompute_merge=module.recompute_elementwise,
+    )  # fmt: skip
+    losses, args = [], []
+    with c.autocast:
+        typ = dev.type
+        cast = (
+            torch.get_autocast_dtype(typ)
+            if module.cast_weights_once and torch.is_autocast_enabled(typ)
+            else None
+        )
+        outs = d.ttt(
+            aux[:, lo:hi], [x[:, lo:hi] for x in st.ids], b.positions[:, lo:hi], attention, steps,
+            None, module.checkpoint_steps, cast,
+        )  # fmt: skip
+        norm = partial(recomputed, d.norm) if module.recompute_elementwise else d.norm
+        w_lm = None
+        for k in range(steps):
+            m = max(0, min(hi, n - 1 - k) - lo)  # this rank's t with a teacher at t+1+k
+            h = norm(outs[k][0, :m])
+            if w_lm is None:
+                w_lm = d.lm_head.weight.to(h.dtype)
+            loss, arg = soft_ce(
+                h, w_lm, part.p[1 + k : 1 + k + m], weights[k][lo : lo + m], module.loss_chunk,
+                module.loss_recompute, module.compile_loss,
+            )  # fmt: skip
+            losses.append(loss)
+            full = torch.full((n - 1 - k,), -1, dtype=torch.long, device=dev)
+            full[lo : lo + m] = arg
+            args.append(full)
+    total = torch.stack([c.step_w[k] * losses[k] / counts[k].clamp(min=1) for k in range(steps)])
+    total.sum().backward()
+    mine = StepTargets(st.ids, [w & own for w in st.weight], [v & own for v in st.valid])
+    plan = RowPlan(None, [None] * steps, [None] * steps)
+    return StepOut(
+        losses, args, weights, counts, mine, Teacher(part.p, argmax, in_draft), sim_valid, plan
+    )
+
+
+def all_reduce_grads(params: Sequence[torch.Tensor], group=None) -> None:
+    """Sums the gradients over ranks in one collective per dtype (a missing one counts 0)."""
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        by_dtype.setdefault(p.grad.dtype, []).append(p.grad)
+    for grads in by_dtype.values():
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, group=group)
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
+            offset += g.numel()

@@ -1,0 +1,93 @@
+"""bench/bench_long_context.py's logic on CPU, so its one GPU call works the first time: the
+memory-fitted probes, the gate that pauses the other workers while one times, and the whole
+tiny rehearsal writing every key of issue 17 (emulated OOMs drive the max_seq search)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+
+from tests.support.paths import REPO  # noqa: E402
+
+sys.path.insert(0, str(REPO / "bench"))
+
+import gpu_gate  # noqa: E402
+from long_context_trials import next_probe  # noqa: E402
+
+K = 1024
+
+
+def test_probes_follow_the_memory_fit():
+    # 10 GiB + 1 GiB per 1K tokens on a 100 GiB card: 96 GiB fit 86K -> 84K (a 4K multiple)
+    ok = [
+        {"seq": 16 * K, "ok": True, "peak_mem_gb": 26.0},
+        {"seq": 32 * K, "ok": True, "peak_mem_gb": 42.0},
+    ]
+    assert next_probe(ok, 4096, 100.0) == 64 * K  # at most double the longest success
+    ok.append({"seq": 64 * K, "ok": True, "peak_mem_gb": 74.0})
+    assert next_probe(ok, 4096, 100.0) == 84 * K
+    ok.append({"seq": 84 * K, "ok": True, "peak_mem_gb": 94.0})
+    assert next_probe(ok, 4096, 100.0) == 88 * K  # at least one step past the longest
+    assert next_probe([*ok, {"seq": 88 * K, "ok": False}], 4096, 100.0) is None  # fresh children
+    assert next_probe(ok[:1], 4096, None) == 32 * K  # no memory figures (CPU): double
+    assert next_probe([], 4096, 100.0) is None
+
+
+def test_the_gate_pauses_every_other_worker(tmp_path):
+    ticks = tmp_path / "ticks"
+    loop = (
+        f"import time, pathlib\np = pathlib.Path({str(ticks)!r})\ni = 0\n"
+        "while True:\n    i += 1\n    p.write_text(str(i))\n    time.sleep(0.01)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", loop], start_new_session=True)
+    try:
+        gpu_gate.register(tmp_path, [child.pid])
+        while not ticks.exists():
+            time.sleep(0.05)
+        rec: dict = {}
+        with gpu_gate.exclusive(tmp_path, rec):
+            time.sleep(0.3)  # a write in flight when stopped lands now
+            before = ticks.read_text()
+            time.sleep(0.5)
+            assert ticks.read_text() == before  # paused
+        assert rec["paused_groups"] == 1
+        time.sleep(0.5)
+        assert int(ticks.read_text()) > int(before)  # continued
+    finally:
+        os.killpg(child.pid, 9)
+        child.wait()
+
+
+def test_tiny_rehearsal_writes_every_key(tmp_path):
+    """The whole one-call run with tiny shapes: every part's keys, ours' figures, the max_seq
+    search ending at the emulated OOM (ours_lean past 1,600 tokens) found to 128 tokens."""
+    out = tmp_path / "long-context.json"
+    cmd = [
+        sys.executable, str(REPO / "bench" / "bench_long_context.py"), "--tiny",
+        "--budget-s", "400", "--work", str(tmp_path / "work"), "--out", str(out),
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    env["BENCH_LC_OOM_ONCE"] = "ours_mid"  # its first 4K child runs out of memory: rerun once
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    r = json.loads(out.read_text())
+    eq = r["equal_work_4k"]
+    for side in ("ours", "ours_mid", "ours_lean"):
+        assert eq[side]["tokens_per_s"] > 0, eq[side]
+    assert "specforge" in eq  # measured, or the missing wheel recorded
+    assert eq["rerun_after_oom_beside_others"] == ["ours_mid"]
+    assert r["max_seq"]["ours"] == 1536 and r["max_seq_detail"]["ours"]["first_fail"] == 1664
+    assert r["max_seq_detail"]["ours"]["failure"]["kind"] == "oom"
+    for label in ("throughput_16k", "throughput_32k"):
+        assert r[label]["tokens_per_s"] > 0 and "mfu" in r[label]
+    acc = r["accept_by_position"]
+    for name in ("with_long", "without_long"):
+        assert acc[name] and all({"bucket", "accept_length"} <= set(x) for x in acc[name])
+    assert "long-context [max seq] ours 1536" in proc.stdout
