@@ -57,13 +57,18 @@ def dtype_mismatch(
     from remote_agent.eagle3.drafter.context import text_config
 
     flag = dtype_flag(extra_args)
-    target = served_dtype(text_config(target_config), flag)
+    text = text_config(target_config)
+    if not (text.get("dtype") or text.get("torch_dtype")):
+        # a wrapper (Kimi-K2.5) may declare its dtype only at the top: SGLang hands it to the
+        # text config it reads (get_hf_text_config; transformers itself does not)
+        text = {**text, "dtype": target_config.get("dtype") or target_config.get("torch_dtype")}
+    target = served_dtype(text, flag)
     drafter = served_dtype(drafter_config, flag)
     if target == drafter:
         return None
     return (
         f"SGLang would run the target in {target} (config dtype "
-        f"{config_dtype(text_config(target_config))}, --dtype {flag}) and the drafter in "
+        f"{config_dtype(text)}, --dtype {flag}) and the drafter in "
         f"{drafter} (config dtype {config_dtype(drafter_config)}): the target's hidden states "
         f"would meet the drafter's weights in another dtype and the first draft forward fails; "
         f"pass --arg=--dtype --arg={drafter} (SGLang's --dtype applies to both models)"

@@ -117,3 +117,7 @@ def test_a_bf16_target_and_drafter_need_no_flag():
         dtype_mismatch({"text_config": {"dtype": "bfloat16"}}, {"torch_dtype": "bfloat16"}, [])
         is None
     )
+    # a wrapper declaring bfloat16 only at its top level is bfloat16 too
+    kimi = {"torch_dtype": "bfloat16", "text_config": {"model_type": "kimi_k2"}}
+    assert dtype_mismatch(kimi, {"torch_dtype": "bfloat16"}, []) is None
+    assert "target in bfloat16" in (dtype_mismatch(kimi, {"torch_dtype": "float16"}, []) or "")
