@@ -53,10 +53,12 @@ def test_init_export_is_a_loadable_drafter_for_the_target(tiny_target, tmp_path,
     fake, _ = run_load_weights(src, module, cls, params, load_file(str(out / "model.safetensors")))
     assert all(p.loads for p in fake.values())
     # and with it, sglang-launch extract on 0.5.14 expects exactly the target's default layers
+    # (the CPU tiny target is float32, which `--dtype auto` would serve as float16 beside this
+    # bfloat16 drafter: serve_dtype.py refuses that, so the one dtype is named)
     proc = subprocess.run(
         [sys.executable, "-m", "remote_agent.eagle3", "sglang-launch", "extract", "--model",
          str(tiny_target), "--dump-dir", str(tmp_path / "d"), "--draft-model", str(out),
-         "--sglang-version", "0.5.14", "--print"],
+         "--sglang-version", "0.5.14", "--arg=--dtype", "--arg=bfloat16", "--print"],
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
