@@ -21,6 +21,7 @@ from eagle_tui import __version__
 from remote_agent.atomic_write import write_atomic
 from runbook import audit as audit_mod
 from runbook import audit_seal
+from runbook.agent_client import AgentError
 from runbook.audit_seal import AuditBreak
 from runbook.box_claim import EXIT_LOCKED, DriverLocked
 from runbook.engine import (
@@ -147,6 +148,9 @@ async def _run_headless(args: argparse.Namespace, engine: Engine, view, run_id: 
         code = 130
     except TransportError as exc:
         _err(f"error: {exc}")
+        code = EXIT_FAILED
+    except AgentError as exc:  # the box refused what opening a run needs (spool_unusable)
+        _err(f"error: {exc.message}")
         code = EXIT_FAILED
     except (DriverLocked, RunLocked) as exc:
         _err(f"locked: {exc}")

@@ -44,7 +44,7 @@ from pathlib import Path
 from remote_agent.atomic_write import write_atomic
 from remote_agent.procs import start_time
 from remote_agent.redact import StreamRedactor
-from remote_agent.spool import PGID
+from remote_agent.spool import PGID, write_record
 
 CANNOT_START = 127  # exit code when the command does not exist (126: exists, cannot run)
 # After the command exits, output still in flight (or from processes it left behind holding the
@@ -78,11 +78,6 @@ def bootstrap_argv(
 
 def _noop(signum: int, frame: object) -> None:
     pass
-
-
-def _write_record(path: Path, record: dict[str, object]) -> None:
-    # The spool's atomic record form; atomic_write is stdlib-only, so the leader stays lean.
-    write_atomic(path, json.dumps(record, sort_keys=True) + "\n", mode=0o600)
 
 
 def _tell(ready_fd: int, line: str) -> None:
@@ -185,9 +180,9 @@ def main(args: list[str]) -> int:
         "ended_at": time.time(),
     }
     try:
-        _write_record(exit_path, record)
+        write_record(exit_path, record)  # on a full disk the job dir's reserve is used
     except OSError:
-        pass  # (full disk) the supervisor, if alive, still records the status we exit with
+        pass  # the supervisor, if alive, still records the status we exit with
     if code < 0:  # die of the same signal, so the supervisor sees the job's own status
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)

@@ -362,11 +362,20 @@ def _lost_fate(jd: JobDir, boot_ok: bool, proven: bool) -> dict[str, str]:
         # The leader records itself before it starts the command, and every process that
         # could still do so is gone: the command provably never ran.
         why = (read_text(jd.file(JOBWRAP_LOG)) or "").strip().splitlines()[-1:]
+        try:
+            free = shutil.disk_usage(jd.path).free
+        except OSError:
+            free = None
         return {
             "reason": "never_started",
             "evidence": "the command never started: its leader left no record, and no process "
             "of the job's launch is left"
-            + (f" (the supervisor said: {why[0][-300:]})" if why else " (killed mid launch)"),
+            + (f" (the supervisor said: {why[0][-300:]})" if why else " (killed mid launch)")
+            + (
+                f"; the spool's disk has {free} bytes free"
+                if free is not None and free < (1 << 20)
+                else ""
+            ),
         }
     if not boot_ok:
         return {

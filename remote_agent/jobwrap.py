@@ -33,10 +33,13 @@ from remote_agent.spool import (
     LEADER_EXIT,
     LOG,
     PID,
+    RESERVE,
     SPEC,
     STARTED_AT,
+    reserve_space,
     write_json,
     write_private,
+    write_record,
 )
 
 HEARTBEAT_S = 2.0
@@ -239,7 +242,7 @@ def run(job_dir: str) -> int:
         os.write(log_fd, f"eagle-tui jobwrap: {message}\n".encode())
         os.close(log_fd)
         write_private(path / STARTED_AT, f"{started!r}\n".encode())
-        write_json(
+        write_record(
             path / EXIT,
             {
                 "exit_code": code,
@@ -249,13 +252,16 @@ def run(job_dir: str) -> int:
                 "error": message,
                 "log_size": (path / LOG).stat().st_size,
             },
-            atomic=True,
         )
         _ready({"error": message})
         return 0
 
     if (path / CANCEL).exists():  # cancelled by another connection while we were starting
         return not_started("cancelled before it started", None, "cancelled")
+    try:  # no command runs unless its end can be recorded, full disk or not
+        reserve_space(path)
+    except OSError as e:
+        return not_started(f"cannot reserve space for the job's exit record: {e}", 126, "exited")
     try:
         secrets = sorted(set(secret_env.values()))
         child = _spawn(spec, env, log_fd, path / LEADER_EXIT, secrets, alive_fd)
@@ -265,7 +271,10 @@ def run(job_dir: str) -> int:
     os.close(log_fd)
     env.clear()
     secret_env.clear()
-    write_private(path / STARTED_AT, f"{started!r}\n".encode())
+    try:
+        write_private(path / STARTED_AT, f"{started!r}\n".encode())
+    except OSError:
+        pass  # a full disk: the exit record (reserved space) matters, this does not
     child_start = start_time(child.pid)  # the leader recorded its pgid itself, before "ok"
     _ready({"pid": child.pid, "pgid": child.pid, "started_at": started})
 
@@ -293,7 +302,8 @@ def run(job_dir: str) -> int:
         # Processes of the job still alive after its leader exited (they may pin GPUs).
         "leftover_pids": tree.members(),
     }
-    write_json(path / EXIT, record, atomic=True)
+    write_record(path / EXIT, record)
+    (path / RESERVE).unlink(missing_ok=True)
     return 0
 
 

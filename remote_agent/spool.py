@@ -40,6 +40,10 @@ JOBWRAP_LOG = "jobwrap.log"  # the jobwrap's own stderr: its tracebacks, never t
 # job's leader (one open file description, inherited). Free = no process that could still
 # start or record the command is left. The command itself never holds it.
 ALIVE = "alive"
+# Space kept in the job dir from before the command starts until its end is on record: a job
+# that fills the disk still gets its exit recorded (write_record gives the reserve up for it).
+RESERVE = "reserve"
+RESERVE_BYTES = 64 * 1024
 NEW_JOB_PREFIX = "+new-"  # a job dir being made (never a job id: '+' is not allowed in one)
 NEW_JOB_SWEEP_S = 60.0
 
@@ -82,6 +86,39 @@ def write_private(path: Path, data: bytes, *, atomic: bool = False) -> None:
 
 def write_json(path: Path, obj: Any, *, atomic: bool = False) -> None:
     write_private(path, json.dumps(obj, indent=1, sort_keys=True).encode() + b"\n", atomic=atomic)
+
+
+def reserve_space(job_dir: Path) -> None:
+    """Allocate RESERVE_BYTES in the job dir for its exit records (OSError if the disk has not)."""
+    fd = os.open(job_dir / RESERVE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, RESERVE_BYTES)
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            os.write(fd, b"\0" * RESERVE_BYTES)  # a filesystem without fallocate
+        os.fsync(fd)
+    except OSError:
+        os.close(fd)
+        os.unlink(job_dir / RESERVE)
+        raise
+    os.close(fd)
+
+
+def write_record(path: Path, obj: Any) -> None:
+    """An exit record (atomic). On a full disk the job dir's reserve is given up for it."""
+    data = json.dumps(obj, indent=1, sort_keys=True).encode() + b"\n"
+    try:
+        write_atomic(path, data, mode=0o600)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        try:
+            os.unlink(path.parent / RESERVE)
+        except FileNotFoundError:
+            raise e from None  # given up already: nothing left to free
+        write_atomic(path, data, mode=0o600)
 
 
 def read_text(path: Path) -> str | None:
@@ -166,13 +203,13 @@ class Spool:
         if text and text.strip():
             return text.strip()
         tmp = self.root / f".{SPOOL_ID}.tmp.{os.getpid()}"
-        write_private(tmp, (secrets.token_hex(16) + "\n").encode())
         try:
+            write_private(tmp, (secrets.token_hex(16) + "\n").encode())
             os.link(tmp, path)  # first writer wins; never replaces an id a client recorded
         except FileExistsError:
             pass
         finally:
-            os.unlink(tmp)
+            tmp.unlink(missing_ok=True)
         return (read_text(path) or "").strip()
 
     def job(self, job_id: str) -> JobDir:
