@@ -378,11 +378,13 @@ def _box_head_check(args: argparse.Namespace, run: RunState, path: Path) -> tupl
         transport = make_transport_factory(_state_dir(args), options)(
             host, *([config] if config is not None else [])
         )
-        head = _run_coroutine(lambda: audit_seal.fetch_box_head(transport, run.run_id))
+        head, spool_id = _run_coroutine(lambda: audit_seal.fetch_box_head(transport, run.run_id))
     except Exception as exc:  # noqa: BLE001 - any failure to reach the box is reported as such
         return f"box head not checked: {host} not reachable ({exc})", None
     if head is None:
-        return f"the box {host} has no head for this run (local chain only)", None
+        against = f"the box {host} has no head for this run"
+        problem = audit_seal.missing_head_problem(records, spool_id)
+        return (against, problem) if problem else (f"{against} (local chain only)", None)
     against = f"checked against the head on {host}: seq {head.get('seq')}" + (
         " (clean close)" if head.get("clean") else ""
     )
