@@ -244,8 +244,9 @@ class Server:
         except OSError as e:
             raise AgentError(
                 "spool_unusable",
-                f"the agent's spool {self.spool.root} cannot be written: "
-                f"{e.strerror or e}; free space there (or set EAGLE_TUI_SPOOL), then retry",
+                f"the agent's spool {self.spool.root} cannot be written: {e.strerror or e}; "
+                "make room there (or fix what is in the way), or give the host another "
+                "`spool:` (EAGLE_TUI_SPOOL), then retry",
             ) from None
 
     def op_watch(self, args: dict[str, Any]) -> Streaming:
