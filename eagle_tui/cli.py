@@ -21,6 +21,7 @@ from eagle_tui import __version__
 from remote_agent.atomic_write import write_atomic
 from runbook import audit as audit_mod
 from runbook import audit_seal
+from runbook.agent_client import AgentError
 from runbook.audit_seal import AuditBreak
 from runbook.box_claim import EXIT_LOCKED, DriverLocked
 from runbook.engine import (
@@ -147,6 +148,9 @@ async def _run_headless(args: argparse.Namespace, engine: Engine, view, run_id: 
         code = 130
     except TransportError as exc:
         _err(f"error: {exc}")
+        code = EXIT_FAILED
+    except AgentError as exc:  # the box refused what opening a run needs (spool_unusable)
+        _err(f"error: {exc.message}")
         code = EXIT_FAILED
     except (DriverLocked, RunLocked) as exc:
         _err(f"locked: {exc}")
@@ -374,11 +378,13 @@ def _box_head_check(args: argparse.Namespace, run: RunState, path: Path) -> tupl
         transport = make_transport_factory(_state_dir(args), options)(
             host, *([config] if config is not None else [])
         )
-        head = _run_coroutine(lambda: audit_seal.fetch_box_head(transport, run.run_id))
+        head, spool_id = _run_coroutine(lambda: audit_seal.fetch_box_head(transport, run.run_id))
     except Exception as exc:  # noqa: BLE001 - any failure to reach the box is reported as such
         return f"box head not checked: {host} not reachable ({exc})", None
     if head is None:
-        return f"the box {host} has no head for this run (local chain only)", None
+        against = f"the box {host} has no head for this run"
+        problem = audit_seal.missing_head_problem(records, spool_id)
+        return (against, problem) if problem else (f"{against} (local chain only)", None)
     against = f"checked against the head on {host}: seq {head.get('seq')}" + (
         " (clean close)" if head.get("clean") else ""
     )

@@ -25,7 +25,11 @@ def serve(spool_dir: str | None) -> int:
         level=os.environ.get("EAGLE_TUI_AGENT_LOG", "INFO").upper(),
         format="remote_agent[%(process)d] %(levelname)s %(name)s: %(message)s",
     )
-    spool = Spool(Path(spool_dir) if spool_dir else default_root()).ensure()
+    spool = Spool(Path(spool_dir) if spool_dir else default_root())
+    try:
+        spool.ensure()
+    except OSError as e:  # `hello` tries again and answers with the reason (spool_unusable)
+        logging.getLogger("remote_agent").error("spool %s: %s", spool.root, e)
     # The agent lives as long as its connection: a hangup ends it (its detached jobs run on).
     # An ignore inherited from the launcher (nohup, a daemon) would keep it waiting for EOF.
     signal.signal(signal.SIGHUP, signal.SIG_DFL)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from remote_agent.procs import boot_id, is_alive, start_time
-from remote_agent.protocol import bad
+from remote_agent.protocol import AgentError, bad
 from remote_agent.spool import make_private_dir, read_json, write_json
 
 RUN_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,200}")
@@ -37,6 +37,13 @@ def _str(args: dict[str, Any], key: str) -> str:
     if not isinstance(v, str) or not v or "\0" in v:
         raise bad(f"{key} must be a non-empty string")
     return v
+
+
+def _unusable(where: Path, e: OSError) -> AgentError:
+    return AgentError(
+        "spool_unusable",
+        f"cannot record the driver lock in {where}: {e.strerror or e}; free space there, then retry",
+    )
 
 
 class DriverLocks:
@@ -84,7 +91,10 @@ class DriverLocks:
         if not isinstance(holder, dict):
             raise bad("holder must be an object {host, user, pid, driver_id}")
         driver_id = _str(holder, "driver_id")
-        fd, rec = self._locked(path)
+        try:
+            fd, rec = self._locked(path)
+        except OSError as e:
+            raise _unusable(self.locks, e) from None
         try:
             recovered = None
             if rec is not None:
@@ -107,9 +117,12 @@ class DriverLocks:
                 "boot_id": self.boot,
             }
             data = json.dumps(new, sort_keys=True).encode()
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, data, 0)
-            os.fsync(fd)
+            try:  # write, then cut: a full disk leaves the old record whole, never an empty one
+                os.pwrite(fd, data, 0)
+                os.ftruncate(fd, len(data))
+                os.fsync(fd)
+            except OSError as e:
+                raise _unusable(self.locks, e) from None
             with self._guard:
                 self._mine.add(path)
             return {"acquired": True, "holder": new, "recovered": recovered}

@@ -19,6 +19,12 @@ the spool's log (the leader's own stdout). The log is whole before the exit reco
 so `log_size` and the client's byte offsets refer to the redacted log. Without secrets the
 command writes the log itself, as before.
 
+Before it starts the command the leader records its own pid and start time as the job's pgid
+(`pgid`, atomically, next to EXIT_PATH): whoever kills the supervisor, a command that runs
+always has its leader on record, and a job dir without that record whose launch lock (`alive`,
+inherited from the jobwrap and held until the leader exits; the command does not get it) is free
+provably never ran its command (remote_agent/jobs.py).
+
 Started by the jobwrap as `python -I -c <bootstrap> READY_FD EXIT_PATH SECRETS_FD ARGV...`; it
 reports on READY_FD one line: "ok" once the command runs, or the reason it could not start.
 """
@@ -36,7 +42,9 @@ import time
 from pathlib import Path
 
 from remote_agent.atomic_write import write_atomic
+from remote_agent.procs import start_time
 from remote_agent.redact import StreamRedactor
+from remote_agent.spool import PGID, write_record
 
 CANNOT_START = 127  # exit code when the command does not exist (126: exists, cannot run)
 # After the command exits, output still in flight (or from processes it left behind holding the
@@ -72,9 +80,14 @@ def _noop(signum: int, frame: object) -> None:
     pass
 
 
-def _write_record(path: Path, record: dict[str, object]) -> None:
-    # The spool's atomic record form; atomic_write is stdlib-only, so the leader stays lean.
-    write_atomic(path, json.dumps(record, sort_keys=True) + "\n", mode=0o600)
+def _tell(ready_fd: int, line: str) -> None:
+    """The one line for the supervisor; it may have been killed already (EPIPE): the command
+    runs (or not) and is recorded all the same."""
+    try:
+        os.write(ready_fd, line.encode() + b"\n")
+    except OSError:
+        pass
+    os.close(ready_fd)
 
 
 def _read_secrets(fd: int) -> list[str]:
@@ -138,6 +151,12 @@ def main(args: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _noop)
     secrets = _read_secrets(secrets_fd)
+    me = os.getpid()
+    try:  # on record before the command can run: no record, no command
+        write_atomic(exit_path.parent / PGID, f"{me} {start_time(me)}\n", mode=0o600)
+    except OSError as e:
+        _tell(ready_fd, f"error 126 cannot record the job's leader: {e}")
+        return 126
     out_r, out_w = os.pipe() if secrets else (-1, -1)
     sink = out_w if secrets else None  # None: the job writes the inherited log fd itself
     try:
@@ -146,11 +165,9 @@ def main(args: list[str]) -> int:
         )
     except (OSError, ValueError, subprocess.SubprocessError) as e:
         missing = isinstance(e, FileNotFoundError) or getattr(e, "errno", None) == errno.ENOENT
-        os.write(ready_fd, f"error {127 if missing else 126} {e}\n".encode())
-        os.close(ready_fd)
+        _tell(ready_fd, f"error {127 if missing else 126} {e}")
         return CANNOT_START if missing else 126
-    os.write(ready_fd, b"ok\n")
-    os.close(ready_fd)
+    _tell(ready_fd, "ok")
     if secrets:
         os.close(out_w)
         status = _pump(child, out_r, StreamRedactor(secrets))
@@ -163,9 +180,9 @@ def main(args: list[str]) -> int:
         "ended_at": time.time(),
     }
     try:
-        _write_record(exit_path, record)
+        write_record(exit_path, record)  # on a full disk the job dir's reserve is used
     except OSError:
-        pass  # (full disk) the supervisor, if alive, still records the status we exit with
+        pass  # the supervisor, if alive, still records the status we exit with
     if code < 0:  # die of the same signal, so the supervisor sees the job's own status
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)

@@ -12,11 +12,12 @@ import json
 import logging
 import os
 import select
+import shutil
 import subprocess
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from remote_agent.jobenv import job_base_env
 from remote_agent.launchguard import check_launch_guards
@@ -32,12 +33,19 @@ from remote_agent.protocol import (
     bad,
     bytes_to_text,
 )
-from remote_agent.spool import CANCEL, JOBWRAP_LOG, LOG, JobDir, Spool, check_job_id, read_text
+from remote_agent.spool import (
+    CANCEL,
+    JOBWRAP_LOG,
+    LOG,
+    JobDir,
+    Spool,
+    check_job_id,
+    read_text,
+)
 
 log = logging.getLogger("remote_agent.jobs")
 
 READY_TIMEOUT_S = 30.0
-STARTING_GRACE_S = 60.0  # a job dir without a pid file this young may still be starting
 DEFAULT_MAX_READ = 1 << 20
 MAX_READ = 16 << 20
 
@@ -60,8 +68,6 @@ def jobwrap_command(job_dir: str) -> tuple[list[str], dict[str, str]]:
 class JobManager:
     def __init__(self, spool: Spool) -> None:
         self.spool = spool
-        self._lock = threading.Lock()
-        self._children: dict[str, subprocess.Popen[bytes]] = {}
 
     # --- start -----------------------------------------------------------------------------
 
@@ -86,14 +92,10 @@ class JobManager:
             "detach": arg_bool(args, "detach", False),
         }
         secret_env = arg_env(args, "secret_env")
-        jd = self.spool.job(job_id)
-        if jd.path.exists():  # a repeat after a reconnect: its guards were checked at its launch
+        if self.spool.job(job_id).path.exists():  # a repeat after a reconnect: guards were checked
             raise AgentError("exists", f"job {job_id!r} already exists; reattach to it")
         guards = check_launch_guards(args.get("guards"))
-        try:
-            os.mkdir(jd.path, 0o700)  # atomic: the one guard against relaunch after a reconnect
-        except FileExistsError:
-            raise AgentError("exists", f"job {job_id!r} already exists; reattach to it") from None
+        jd, alive_fd = self.spool.create_job(job_id)  # atomic: the one guard against relaunch
 
         bound_r = bound_w = None
         if not spec["detach"]:
@@ -104,9 +106,11 @@ class JobManager:
             "base_env": job_base_env(),
             "default_cwd": _cwd(),
             "agent_fd": bound_r,
+            "alive_fd": alive_fd,
         }
         argv_wrap, env = jobwrap_command(str(jd.path))
         err_fd = os.open(jd.file(JOBWRAP_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        fds = (alive_fd,) if bound_r is None else (alive_fd, bound_r)
         try:
             proc = subprocess.Popen(
                 argv_wrap,
@@ -116,28 +120,26 @@ class JobManager:
                 cwd=jd.path,
                 env=env,
                 close_fds=True,
-                pass_fds=(bound_r,) if bound_r is not None else (),
+                pass_fds=fds,  # the jobwrap holds `alive` from here on (same open file)
                 start_new_session=True,
             )
         except OSError as e:
             # Nothing ran: remove the job dir so that a retry under the same id is possible.
             if bound_w is not None:
                 os.close(bound_w)
-            os.unlink(jd.file(JOBWRAP_LOG))
-            os.rmdir(jd.path)
+            shutil.rmtree(jd.path, ignore_errors=True)
             raise AgentError(
                 "internal", f"cannot launch the jobwrap ({argv_wrap[0]}): {e}"
             ) from None
         finally:
             os.close(err_fd)
+            os.close(alive_fd)
             if bound_r is not None:
                 os.close(bound_r)
         # Reap it whenever it ends (no zombies); closing the write end then frees the pipe.
         threading.Thread(
-            target=self._reap, args=(job_id, proc, bound_w), name=f"reap-{job_id}", daemon=True
+            target=_reap, args=(proc, bound_w), name=f"reap-{job_id}", daemon=True
         ).start()
-        with self._lock:
-            self._children[job_id] = proc
         assert proc.stdin is not None and proc.stdout is not None
         try:
             proc.stdin.write(json.dumps(payload).encode())
@@ -146,28 +148,34 @@ class JobManager:
             pass
         payload.clear()
         secret_env.clear()
-        ready = self._read_ready(proc)
-        if ready is None:
-            tail = (read_text(jd.file(JOBWRAP_LOG)) or "")[-2000:]
-            raise AgentError("internal", f"jobwrap for {job_id!r} did not start: {tail.strip()}")
-        if "error" in ready:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        ready = self._read_ready(proc, deadline)
+        if ready is not None and "error" in ready:
             raise AgentError("start_failed", str(ready["error"]))
-        log.info("started job %s pid %s", job_id, ready["pid"])
+        if ready is None:
+            # The jobwrap died (or stalls) before its ready line. Its leader may run the
+            # command regardless, so this is no launch error: the job exists, and its status
+            # (running, exited, lost, never started) tells its fate.
+            tail = (read_text(jd.file(JOBWRAP_LOG)) or "")[-2000:].strip()
+            log.warning("jobwrap for %s sent no ready line: %s", job_id, tail)
+            while jd.pgid() is None and jd.chain_alive() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        pg = jd.pgid()
+        log.info("started job %s pid %s", job_id, pg[0] if pg else None)
         return {
             "job_id": job_id,
-            "pid": ready["pid"],
-            "pgid": ready["pgid"],
-            "started_at": ready["started_at"],
+            "pid": pg[0] if pg else None,
+            "pgid": pg[0] if pg else None,
+            "started_at": jd.started_at() if ready is None else ready["started_at"],
             "spool_dir": str(jd.path),
             "guards": guards,
         }
 
-    def _read_ready(self, proc: subprocess.Popen[bytes]) -> dict[str, Any] | None:
+    def _read_ready(self, proc: subprocess.Popen[bytes], deadline: float) -> dict[str, Any] | None:
         """The jobwrap's one line, sent after the pgid file exists (so cancel works at once)."""
         assert proc.stdout is not None
         fd = proc.stdout.fileno()
         buf = b""
-        deadline = time.monotonic() + READY_TIMEOUT_S
         try:
             while b"\n" not in buf:
                 left = deadline - time.monotonic()
@@ -185,44 +193,34 @@ class JobManager:
             return None
         return msg if isinstance(msg, dict) else None
 
-    def _reap(self, job_id: str, proc: subprocess.Popen[bytes], bound_w: int | None) -> None:
-        proc.wait()
-        if bound_w is not None:
-            os.close(bound_w)
-        with self._lock:
-            if self._children.get(job_id) is proc:
-                del self._children[job_id]
-
     # --- state -----------------------------------------------------------------------------
 
-    def _child_running(self, job_id: str) -> bool:
-        with self._lock:
-            proc = self._children.get(job_id)
-        return proc is not None and proc.poll() is None
-
-    def state(self, jd: JobDir) -> tuple[str, dict[str, Any] | None, bool]:
-        """(state, exit record, boot id matches). `lost` only when the jobwrap is provably gone."""
-        current_boot = boot_id()
-        job_boot = jd.boot_id()
-        boot_ok = job_boot is None or job_boot == current_boot
+    def state(self, jd: JobDir) -> JobState:
+        """The job's state from the spool alone. `lost` only when no process that could still
+        start or record the command is left (the `alive` lock is free), with the evidence."""
+        boot_ok = jd.boot_id() in (None, boot_id())
         exit_ = jd.exit()
         if exit_ is not None:
-            return "exited", exit_, boot_ok
-        if not boot_ok:
-            return "lost", None, False
-        wrap = jd.jobwrap()
-        if wrap is None:
-            starting = self._child_running(jd.job_id) or jd.created_age() < STARTING_GRACE_S
-            return ("running" if starting else "lost"), None, boot_ok
-        if is_alive(*wrap):
-            return "running", None, boot_ok
-        exit_ = jd.exit()  # it may have written the record just before exiting
+            return JobState("exited", exit_, boot_ok)
+        locked = jd.chain_alive()
+        alive = locked
+        if alive is None:  # no usable `alive` (an older agent's job dir): pids are the evidence
+            alive = boot_ok and any(p is not None and is_alive(*p) for p in _chain_ids(jd))
+        if alive:
+            return JobState("running", None, boot_ok)
+        # Every record below is written before its writer lets go of `alive`: read after it.
+        exit_ = jd.exit()
         if exit_ is not None:
-            return "exited", exit_, boot_ok
-        return _without_supervisor(jd)
+            return JobState("exited", exit_, boot_ok)
+        leader = jd.leader_exit()
+        if leader is not None:  # the supervisor died, the leader recorded the command's end
+            reason = "signaled" if leader.get("signal") else "exited"
+            record = {**leader, "reason": reason, "log_size": jd.log_size()}
+            return JobState("exited", {**record, "supervisor_lost": True}, boot_ok)
+        return JobState("lost", None, boot_ok, _lost_fate(jd, boot_ok, proven=locked is False))
 
     def info(self, jd: JobDir) -> dict[str, Any]:
-        state, exit_, boot_ok = self.state(jd)
+        st = self.state(jd)
         spec = jd.spec()
         pg = jd.pgid()
         wrap = jd.jobwrap()
@@ -230,15 +228,16 @@ class JobManager:
             "job_id": jd.job_id,
             "run_id": spec.get("run_id"),
             "step_id": spec.get("step_id"),
-            "state": state,
+            "state": st.state,
+            "fate": st.fate,
             "pid": pg[0] if pg else None,
             "pgid": pg[0] if pg else None,
             "jobwrap_pid": wrap[0] if wrap else None,
             "started_at": jd.started_at(),
-            "exit": _public_exit(exit_),
+            "exit": _public_exit(st.exit),
             "log_size": jd.log_size(),
             "heartbeat_age_s": jd.heartbeat_age(),
-            "boot_id_matches": boot_ok,
+            "boot_id_matches": st.boot_ok,
             "detach": spec.get("detach"),
             "spool_dir": str(jd.path),
         }
@@ -252,12 +251,12 @@ class JobManager:
             return None  # ids from another boot mean nothing now
         return JobTree(pg[0], pg[1], wrap[0] if wrap else None, wrap[1] if wrap else None)
 
-    def ended(self, jd: JobDir) -> tuple[str, dict[str, Any] | None] | None:
-        """For readers: (state, exit) once no more output can come from the job's main process."""
-        state, exit_, _ = self.state(jd)
-        if state == "running":
+    def ended(self, jd: JobDir) -> JobState | None:
+        """For readers: the state once no more output can come from the job's main process."""
+        st = self.state(jd)
+        if st.state == "running":
             return None
-        return state, _public_exit(exit_)
+        return st._replace(exit=_public_exit(st.exit))
 
     def status(self, args: dict[str, Any]) -> dict[str, Any]:
         return self.info(self.spool.existing_job(check_job_id(args.get("job_id"))))
@@ -329,8 +328,7 @@ class JobManager:
     def cancel(self, args: dict[str, Any]) -> dict[str, Any]:
         jd = self.spool.existing_job(check_job_id(args.get("job_id")))
         grace_s = arg_float(args, "grace_s", 10.0, positive=False)
-        state, _, _ = self.state(jd)
-        if state == "exited":
+        if self.state(jd).state == "exited":
             return self.info(jd)
         if not jd.file(CANCEL).exists():
             os.close(os.open(jd.file(CANCEL), os.O_WRONLY | os.O_CREAT, 0o600))
@@ -340,29 +338,63 @@ class JobManager:
             tree.terminate(grace_s)
         # The jobwrap (if alive) now reaps the leader and writes the record with "cancelled".
         deadline = time.monotonic() + 10.0
-        while time.monotonic() < deadline and self.state(jd)[0] == "running":
+        while time.monotonic() < deadline and self.state(jd).state == "running":
             time.sleep(0.02)
         return self.info(jd)
 
 
-def _without_supervisor(jd: JobDir) -> tuple[str, dict[str, Any] | None, bool]:
-    """The jobwrap died without a record: the job's leader may still run, or have recorded it."""
+class JobState(NamedTuple):
+    state: str  # running | exited | lost
+    exit: dict[str, Any] | None
+    boot_ok: bool
+    fate: dict[str, str] | None = None  # lost only: {reason, evidence}
+
+
+def _chain_ids(jd: JobDir) -> tuple[tuple[int, int | None] | None, ...]:
+    return jd.jobwrap(), jd.pgid()
+
+
+def _lost_fate(jd: JobDir, boot_ok: bool, proven: bool) -> dict[str, str]:
+    """Why a job with no exit record and no live launch chain is lost: what the spool proves.
+    `proven`: the `alive` lock was free (not just pids found dead)."""
     pg = jd.pgid()
-    if pg is not None and is_alive(*pg):
-        return "running", None, True  # unsupervised now (no timeout), but its exit will be kept
-    leader = jd.leader_exit()  # written before the leader exits, so read after the check
-    if leader is None:
-        return "lost", None, True
-    return (
-        "exited",
-        {
-            **leader,
-            "reason": "signaled" if leader.get("signal") else "exited",
-            "log_size": jd.log_size(),
-            "supervisor_lost": True,
-        },
-        True,
-    )
+    if pg is None and proven:
+        # The leader records itself before it starts the command, and every process that
+        # could still do so is gone: the command provably never ran.
+        why = (read_text(jd.file(JOBWRAP_LOG)) or "").strip().splitlines()[-1:]
+        try:
+            free = shutil.disk_usage(jd.path).free
+        except OSError:
+            free = None
+        return {
+            "reason": "never_started",
+            "evidence": "the command never started: its leader left no record, and no process "
+            "of the job's launch is left"
+            + (f" (the supervisor said: {why[0][-300:]})" if why else " (killed mid launch)")
+            + (
+                f"; the spool's disk has {free} bytes free"
+                if free is not None and free < (1 << 20)
+                else ""
+            ),
+        }
+    if not boot_ok:
+        return {
+            "reason": "rebooted",
+            "evidence": "the box rebooted after the job started; it left no exit record",
+        }
+    if pg is None:
+        return {"reason": "unknown", "evidence": "no leader record and no launch lock to read"}
+    return {
+        "reason": "leader_gone",
+        "evidence": f"lost while running: its leader (pid {pg[0]}) and its supervisor are gone "
+        "and left no exit record",
+    }
+
+
+def _reap(proc: subprocess.Popen[bytes], bound_w: int | None) -> None:
+    proc.wait()
+    if bound_w is not None:
+        os.close(bound_w)
 
 
 def _cwd() -> str:

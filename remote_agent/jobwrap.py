@@ -32,12 +32,14 @@ from remote_agent.spool import (
     HEARTBEAT,
     LEADER_EXIT,
     LOG,
-    PGID,
     PID,
+    RESERVE,
     SPEC,
     STARTED_AT,
+    reserve_space,
     write_json,
     write_private,
+    write_record,
 )
 
 HEARTBEAT_S = 2.0
@@ -75,8 +77,11 @@ def _spawn(
     log_fd: int,
     exit_path: Path,
     secrets: list[str],
+    alive_fd: int,
 ) -> subprocess.Popen[bytes]:
-    """Start the job under its leader (jobleader), which records its exit even without us.
+    """Start the job under its leader (jobleader), which records its pgid before it starts
+    the command and its exit when it ends, even without us. It inherits `alive_fd` (the job
+    dir's launch lock, see spool.ALIVE) and holds it until it has recorded the end.
 
     With secrets the leader redacts the job's output before it reaches the log; the values go
     to it over a pipe (never argv or disk).
@@ -99,7 +104,7 @@ def _spawn(
             stdout=log_fd,
             stderr=log_fd,
             close_fds=True,
-            pass_fds=(ready_w, secrets_r) if secrets else (ready_w,),
+            pass_fds=(ready_w, alive_fd, secrets_r) if secrets else (ready_w, alive_fd),
             **group,
         )
     except BaseException:
@@ -216,6 +221,7 @@ def run(job_dir: str) -> int:
     secret_env: dict[str, str] = payload.pop("secret_env", None) or {}
     base_env: dict[str, str] = payload.pop("base_env", None) or {}
     agent_fd: int | None = payload.pop("agent_fd", None)
+    alive_fd: int = payload.pop("alive_fd")  # inherited locked; held until we exit
     default_cwd: str = payload.pop("default_cwd", None) or "/"
 
     spec = dict(payload)
@@ -236,7 +242,7 @@ def run(job_dir: str) -> int:
         os.write(log_fd, f"eagle-tui jobwrap: {message}\n".encode())
         os.close(log_fd)
         write_private(path / STARTED_AT, f"{started!r}\n".encode())
-        write_json(
+        write_record(
             path / EXIT,
             {
                 "exit_code": code,
@@ -246,24 +252,30 @@ def run(job_dir: str) -> int:
                 "error": message,
                 "log_size": (path / LOG).stat().st_size,
             },
-            atomic=True,
         )
         _ready({"error": message})
         return 0
 
     if (path / CANCEL).exists():  # cancelled by another connection while we were starting
         return not_started("cancelled before it started", None, "cancelled")
+    try:  # no command runs unless its end can be recorded, full disk or not
+        reserve_space(path)
+    except OSError as e:
+        return not_started(f"cannot reserve space for the job's exit record: {e}", 126, "exited")
     try:
-        child = _spawn(spec, env, log_fd, path / LEADER_EXIT, sorted(set(secret_env.values())))
+        secrets = sorted(set(secret_env.values()))
+        child = _spawn(spec, env, log_fd, path / LEADER_EXIT, secrets, alive_fd)
     except (OSError, ValueError, subprocess.SubprocessError) as e:
         missing = isinstance(e, FileNotFoundError) or getattr(e, "errno", None) == errno.ENOENT
         return not_started(f"cannot start job: {e}", 127 if missing else 126, "exited")
     os.close(log_fd)
     env.clear()
     secret_env.clear()
-    write_private(path / STARTED_AT, f"{started!r}\n".encode())
-    child_start = start_time(child.pid)
-    write_private(path / PGID, f"{child.pid} {child_start}\n".encode())
+    try:
+        write_private(path / STARTED_AT, f"{started!r}\n".encode())
+    except OSError:
+        pass  # a full disk: the exit record (reserved space) matters, this does not
+    child_start = start_time(child.pid)  # the leader recorded its pgid itself, before "ok"
     _ready({"pid": child.pid, "pgid": child.pid, "started_at": started})
 
     tree = JobTree(child.pid, child_start, me, start_time(me))
@@ -290,7 +302,8 @@ def run(job_dir: str) -> int:
         # Processes of the job still alive after its leader exited (they may pin GPUs).
         "leftover_pids": tree.members(),
     }
-    write_json(path / EXIT, record, atomic=True)
+    write_record(path / EXIT, record)
+    (path / RESERVE).unlink(missing_ok=True)
     return 0
 
 

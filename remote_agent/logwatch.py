@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from remote_agent.jobs import JobManager
+from remote_agent.jobs import JobManager, JobState
 from remote_agent.protocol import bytes_to_text
 from remote_agent.spool import LOG, JobDir
 
@@ -34,11 +34,11 @@ class LogWatch:
         self.stop = threading.Event()
         self._lost_checked = 0.0
 
-    def _ended(self) -> tuple[str, dict[str, Any] | None] | None:
+    def _ended(self) -> JobState | None:
         end = self.jobs.ended(self.jd)
-        if end is None or end[0] != "lost":
+        if end is None or end.state != "lost":
             return end
-        # Lost means the jobwrap is gone; the job itself may still be writing. Keep reading
+        # Lost means its leader is gone; the command itself may still be writing. Keep reading
         # until no process of its tree is left (checked at a slower pace: it scans /proc).
         now = time.monotonic()
         if now - self._lost_checked < LOST_CHECK_S:
@@ -78,13 +78,13 @@ class LogWatch:
                 size = os.fstat(fd).st_size if fd is not None else 0
                 if size > self.offset:
                     continue
-                state, exit_ = end
                 self.emit(
                     {
                         "event": "job_end",
                         "job_id": self.jd.job_id,
-                        "state": state,
-                        "exit": exit_,
+                        "state": end.state,
+                        "fate": end.fate,
+                        "exit": end.exit,
                         "log_size": self.offset,
                     },
                     self.stop,

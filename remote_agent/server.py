@@ -228,11 +228,26 @@ class Server:
             "boot_id": boot_id(),
             "pid": os.getpid(),
             "spool": str(self.spool.root),
-            "spool_id": self.spool.identity(),
+            "spool_id": self._spool_id(),
             "capabilities": sorted([*self.ops, "shutdown"])
             + [f"check:{c}" for c in sorted(CHECKS)]
             + ["stats.persisted", "job.tree_kill_session"],
         }
+
+    def _spool_id(self) -> str:
+        """The spool's id, made now if need be; a spool that cannot be written (a full disk,
+        permissions) refuses the handshake for good, with the reason, instead of a crash
+        that a client would retry forever."""
+        try:
+            self.spool.ensure()
+            return self.spool.identity()
+        except OSError as e:
+            raise AgentError(
+                "spool_unusable",
+                f"the agent's spool {self.spool.root} cannot be written: {e.strerror or e}; "
+                "make room there (or fix what is in the way), or give the host another "
+                "`spool:` (EAGLE_TUI_SPOOL), then retry",
+            ) from None
 
     def op_watch(self, args: dict[str, Any]) -> Streaming:
         jd = self.spool.existing_job(check_job_id(args.get("job_id")))

@@ -6,10 +6,13 @@ and data the operator would not share. Secrets are never written here (see jobwr
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import re
 import secrets
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,16 @@ EXIT = "exit.json"
 CANCEL = "cancel"
 LEADER_EXIT = "leader_exit.json"  # written by the job's leader (jobleader) when it ends
 JOBWRAP_LOG = "jobwrap.log"  # the jobwrap's own stderr: its tracebacks, never the job's output
+# flock'ed for the whole launch chain: the agent while it spawns the jobwrap, the jobwrap, the
+# job's leader (one open file description, inherited). Free = no process that could still
+# start or record the command is left. The command itself never holds it.
+ALIVE = "alive"
+# Space kept in the job dir from before the command starts until its end is on record: a job
+# that fills the disk still gets its exit recorded (write_record gives the reserve up for it).
+RESERVE = "reserve"
+RESERVE_BYTES = 64 * 1024
+NEW_JOB_PREFIX = "+new-"  # a job dir being made (never a job id: '+' is not allowed in one)
+NEW_JOB_SWEEP_S = 60.0
 
 
 def default_root() -> Path:
@@ -75,6 +88,39 @@ def write_json(path: Path, obj: Any, *, atomic: bool = False) -> None:
     write_private(path, json.dumps(obj, indent=1, sort_keys=True).encode() + b"\n", atomic=atomic)
 
 
+def reserve_space(job_dir: Path) -> None:
+    """Allocate RESERVE_BYTES in the job dir for its exit records (OSError if the disk has not)."""
+    fd = os.open(job_dir / RESERVE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, RESERVE_BYTES)
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            os.write(fd, b"\0" * RESERVE_BYTES)  # a filesystem without fallocate
+        os.fsync(fd)
+    except OSError:
+        os.close(fd)
+        os.unlink(job_dir / RESERVE)
+        raise
+    os.close(fd)
+
+
+def write_record(path: Path, obj: Any) -> None:
+    """An exit record (atomic). On a full disk the job dir's reserve is given up for it."""
+    data = json.dumps(obj, indent=1, sort_keys=True).encode() + b"\n"
+    try:
+        write_atomic(path, data, mode=0o600)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        try:
+            os.unlink(path.parent / RESERVE)
+        except FileNotFoundError:
+            raise e from None  # given up already: nothing left to free
+        write_atomic(path, data, mode=0o600)
+
+
 def read_text(path: Path) -> str | None:
     try:
         return path.read_text(encoding="utf-8", errors="replace")
@@ -113,7 +159,41 @@ class Spool:
         make_private_dir(self.root)
         make_private_dir(self.jobs)
         self.identity()
+        self._sweep_new_jobs()
         return self
+
+    def create_job(self, job_id: str) -> tuple[JobDir, int]:
+        """Make the job dir with its `alive` file already locked, atomically: it appears under
+        its id (rename) complete, so there is no moment at which it exists unlocked while a
+        launch may still follow. Returns the dir and the locked fd (the caller hands it on).
+        Raises AgentError `exists` when the id is taken (the one guard against a relaunch)."""
+        jd = self.job(job_id)
+        tmp = self.jobs / f"{NEW_JOB_PREFIX}{secrets.token_hex(8)}"
+        os.mkdir(tmp, 0o700)
+        fd = os.open(tmp / ALIVE, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.rename(tmp, jd.path)  # fails on an existing (non-empty) job dir
+        except OSError as e:
+            os.close(fd)
+            shutil.rmtree(tmp, ignore_errors=True)
+            if e.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR):
+                raise AgentError(
+                    "exists", f"job {job_id!r} already exists; reattach to it"
+                ) from None
+            raise
+        return jd, fd
+
+    def _sweep_new_jobs(self) -> None:
+        """Dirs of launches whose agent died before the rename: never a job, nothing ran."""
+        try:
+            names = os.listdir(self.jobs)
+        except OSError:
+            return
+        for name in names:
+            path = self.jobs / name
+            if name.startswith(NEW_JOB_PREFIX) and _age(path) > NEW_JOB_SWEEP_S:
+                shutil.rmtree(path, ignore_errors=True)
 
     def identity(self) -> str:
         """This spool's random id, made once: a client that recorded another id for a job knows
@@ -123,13 +203,13 @@ class Spool:
         if text and text.strip():
             return text.strip()
         tmp = self.root / f".{SPOOL_ID}.tmp.{os.getpid()}"
-        write_private(tmp, (secrets.token_hex(16) + "\n").encode())
         try:
+            write_private(tmp, (secrets.token_hex(16) + "\n").encode())
             os.link(tmp, path)  # first writer wins; never replaces an id a client recorded
         except FileExistsError:
             pass
         finally:
-            os.unlink(tmp)
+            tmp.unlink(missing_ok=True)
         return (read_text(path) or "").strip()
 
     def job(self, job_id: str) -> JobDir:
@@ -194,7 +274,25 @@ class JobDir:
         return read_id_pair(self.file(PID))
 
     def pgid(self) -> tuple[int, int | None] | None:
+        """Written by the job's leader itself before it starts the command (jobleader)."""
         return read_id_pair(self.file(PGID))
+
+    def chain_alive(self) -> bool | None:
+        """Does a process of the launch chain (agent mid-launch, jobwrap, leader) still hold
+        `alive`? None for a job dir made by an older agent (no such file)."""
+        try:
+            fd = os.open(self.file(ALIVE), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return None  # no flock here: the caller falls back to pids
+        finally:
+            os.close(fd)  # also drops our probe's shared lock
+        return False
 
     def log_size(self) -> int:
         try:
@@ -208,8 +306,9 @@ class JobDir:
         except OSError:
             return None
 
-    def created_age(self) -> float:
-        try:
-            return max(0.0, time.time() - self.path.stat().st_mtime)
-        except OSError:
-            return 0.0
+
+def _age(path: Path) -> float:
+    try:
+        return max(0.0, time.time() - path.stat().st_mtime)
+    except OSError:
+        return 0.0

@@ -178,7 +178,8 @@ class HostSession:
         except AgentError as exc:
             await conn.close()
             raise TransportError(
-                f"agent handshake failed: {exc.message}", permanent=exc.type == "protocol"
+                f"agent handshake failed: {exc.message}",
+                permanent=exc.type in ("protocol", "spool_unusable"),
             ) from exc
         except (ConnectionLost, asyncio.TimeoutError) as exc:
             await conn.close()

@@ -144,7 +144,8 @@ def box_head_problem(records: list[dict[str, Any]], box_head: dict[str, Any]) ->
             f"the audit ends at seq {seq} but the box recorded head seq {bseq}: "
             "records were dropped from the end"
         )
-    if next((r for r in records if r.get("seq") == bseq), {}).get("hash") != bhash:
+    empty = (bseq, bhash) == (-1, audit_mod.GENESIS)  # pushed before the run's first record
+    if not empty and next((r for r in records if r.get("seq") == bseq), {}).get("hash") != bhash:
         return (
             f"audit record seq {bseq} is not the one the box recorded (hash "
             f"{str(bhash)[:12]}…): the log was rewritten"
@@ -157,6 +158,22 @@ def box_head_problem(records: list[dict[str, Any]], box_head: dict[str, Any]) ->
     return None
 
 
+def missing_head_problem(records: list[dict[str, Any]], spool_id: str | None) -> str | None:
+    """The box keeps no head for this run: a problem when its spool is the very one the run
+    last opened on (its id unchanged, so not wiped). An opening names the spool only after a
+    head for the run was recorded there (Engine.open), so that head was deleted since, and the
+    local chain alone is not to be trusted. A wiped spool (another id), or an opening that
+    names none (the push failed, or an older version), is no problem: the local chain is."""
+    opened = [r for r in records if r.get("event") in ("run.started", "run.resumed")]
+    recorded = opened[-1].get("spool_id") if opened else None
+    if not recorded or recorded != spool_id:
+        return None
+    return (
+        f"the box keeps no audit head for this run, although its spool is the one the run "
+        f"used (spool id {spool_id}): the head was deleted there"
+    )
+
+
 def run_default_host(records: list[dict[str, Any]]) -> str | None:
     """The host whose spool keeps the run's head: the default host its last open recorded."""
     for r in reversed(records):
@@ -165,17 +182,21 @@ def run_default_host(records: list[dict[str, Any]]) -> str | None:
     return None
 
 
-async def fetch_box_head(transport: Any, run_id: str, timeout: float = 30) -> dict[str, Any] | None:
-    """`audit.head_get` over one connection to the box (no retries: verify is one look)."""
+async def fetch_box_head(
+    transport: Any, run_id: str, timeout: float = 30
+) -> tuple[dict[str, Any] | None, str | None]:
+    """(head, the box's spool id): `audit.head_get` over one connection to the box (no
+    retries: verify is one look)."""
     from runbook.agent_client import HostSession
 
     session = HostSession("audit-verify", transport, max_attempts=1)
     try:
         res = await asyncio.wait_for(session.call("audit.head_get", run_id=run_id), timeout)
+        spool_id = session.hello.get("spool_id")
     finally:
         await session.close()
     head = res.get("head")
-    return head if isinstance(head, dict) else None
+    return (head if isinstance(head, dict) else None), spool_id
 
 
 FIRST_SAVE = "the driver stopped before its first save"
@@ -204,14 +225,18 @@ def _load_state(store: RunStore) -> tuple[RunState | None, str | None]:
 
 
 def check_run(
-    store: RunStore, box_head: dict[str, Any] | None, accept_break: bool = False
+    store: RunStore,
+    box_head: dict[str, Any] | None,
+    accept_break: bool = False,
+    spool_id: str | None = None,
 ) -> Opened:
     """Verify the run's audit and state before resuming; see the module docstring."""
     where = store.dir
     opened = Opened(None)
     have_audit = store.audit_path.exists() and store.audit_path.stat().st_size > 0
     if not have_audit:
-        if box_head is not None or store.state_path.exists():
+        pushed = box_head is not None and box_head.get("seq") != -1  # -1: pushed before record 0
+        if pushed or store.state_path.exists():
             problem = "its audit log is missing or empty" + (
                 f" but the box recorded head seq {box_head.get('seq')}" if box_head else ""
             )
@@ -229,6 +254,9 @@ def check_run(
     by_seq = {r["seq"]: r for r in records}
     head = result.head
     if box_head is None:
+        problem = missing_head_problem(records, spool_id)
+        if problem:
+            return _broken(store, problem, accept_break, opened, records)
         opened.notes.append(("audit.no_box_head", {"local_head": {"seq": head.seq}}))
     else:
         problem = box_head_problem(records, box_head)

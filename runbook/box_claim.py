@@ -106,13 +106,14 @@ async def box_head(engine: Any, run_id: str) -> dict[str, Any] | None:
     return head if isinstance(head, dict) else None
 
 
-async def push_head(engine: Any, clean: bool = False) -> None:
-    """Keep the audit head on the box, where the operator's files cannot rewrite it."""
+async def push_head(engine: Any, clean: bool = False) -> bool:
+    """Keep the audit head on the box, where the operator's files cannot rewrite it; False
+    when it could not (best effort: the next push records it)."""
     if engine.audit is None or engine.state is None:
-        return
+        return False
     session = engine.sessions.get(engine.default_host)
     if session is None or session.conn is None or session.conn.closed.is_set():
-        return  # never reconnect just for this: the next push or open records it
+        return False  # never reconnect just for this: the next push or open records it
     head = engine.audit.head
     try:
         await session.conn.call(
@@ -124,4 +125,5 @@ async def push_head(engine: Any, clean: bool = False) -> None:
             clean=clean,
         )
     except Exception:  # noqa: BLE001 - best effort at exit; open() notes a missing head
-        pass
+        return False
+    return True

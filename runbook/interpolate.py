@@ -10,7 +10,9 @@ work it is refused with the reason: inside single quotes, in arithmetic or `[[ ]
 evaluates a variable's value as an expression there), in double quotes after a `$(` or
 backtick the lexer cannot follow. A quoted heredoc body is literal: the value is inserted as
 text, and a value holding the terminator line is refused. A NUL byte is refused in any shell
-value (no environment can carry it). `$${` writes a literal `${`; a lone `$` (e.g. `$HOME`)
+value (no environment can carry it). A value in text that another parser runs as code after
+the shell expanded it (`sh -c STRING`, `eval`, `ssh HOST CMD`, a heredoc into `bash`, ...) is
+refused with what to write instead (runbook/shell_code.py). `$${` writes a literal `${`; a lone `$` (e.g. `$HOME`)
 is left for the shell.
 """
 
@@ -20,6 +22,9 @@ import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+
+from runbook.shell_code import refusal
+from runbook.shell_lex import Body, heredoc_bodies
 
 NAME = r"[A-Za-z_][A-Za-z0-9_.]*"
 _TOKEN = re.compile(r"\$\$\{|\$\{(" + NAME + r")\}|\$\{")
@@ -43,58 +48,10 @@ def placeholders(template: str) -> list[str]:
     return names
 
 
-# the delimiter word: quoted runs or plain characters up to a blank or an operator
-_HEREDOC = re.compile(r"""<<(-?)[ \t]*((?:'[^'\n]*'|"[^"\n]*"|\\.|[^\s;&|<>()'"\\])+)""")
-
-
-@dataclass(frozen=True)
-class _Body:
-    start: int
-    end: int
-    delimiter: str
-    quoted: bool  # a quoted delimiter: the body is literal text
-    strip_tabs: bool  # `<<-`
-    op: int  # where its `<<` is
-
-
-def _heredoc_bodies(template: str) -> list[_Body]:
-    """Heredoc bodies of a shell string (best effort: operators inside quotes count too)."""
-    bodies: list[_Body] = []
-    lines = [line + "\n" for line in template.split("\n")]
-    lines[-1] = lines[-1][:-1]
-    offsets, pos = [], 0
-    for line in lines:
-        offsets.append(pos)
-        pos += len(line)
-    i = 0
-    while i < len(lines):
-        ops = list(_HEREDOC.finditer(lines[i]))
-        i_op = i
-        i += 1
-        for op in ops:
-            if op.start() and lines[i_op][op.start() - 1] == "<":
-                continue  # `<<<` is a here-string, not a heredoc
-            word = op.group(2)
-            quoted = any(c in word for c in "'\"\\")  # bash: any quoting makes the body literal
-            delim = re.sub(r"""\\(.)|['"]""", lambda m: m.group(1) or "", word)
-            start = offsets[i] if i < len(lines) else len(template)
-            while i < len(lines):
-                text = lines[i].rstrip("\n")
-                if (text.lstrip("\t") if op.group(1) else text) == delim:
-                    break
-                i += 1
-            end = offsets[i] if i < len(lines) else len(template)
-            bodies.append(
-                _Body(start, end, delim, quoted, bool(op.group(1)), offsets[i_op] + op.start())
-            )
-            i += 1
-    return bodies
-
-
 _PLAIN = re.compile(r"[A-Za-z0-9_./:=@%+,\-]*")  # one inert word in any context
 
 
-def _certain(blanked: str, spans: list[tuple[int, int]], body: _Body) -> bool:
+def _certain(blanked: str, spans: list[tuple[int, int]], body: Body) -> bool:
     """The `<<` is a heredoc operator: not quoted, not in a comment, not arithmetic."""
     if any(a < body.op < b for a, b in spans):
         return False
@@ -103,7 +60,7 @@ def _certain(blanked: str, spans: list[tuple[int, int]], body: _Body) -> bool:
 
 
 def _in_body(
-    template: str, value: str, body: _Body, name: str, certain: bool, by_ref: bool = False
+    template: str, value: str, body: Body, name: str, certain: bool, by_ref: bool = False
 ) -> str:
     """The value as text in a heredoc body; by_ref: the body expands a reference to it instead
     (unquoted body), so a terminator line in the value is harmless."""
@@ -183,9 +140,18 @@ def _double_quoted(value: str) -> str:
     return "".join("\\" + c if c in '\\$`"' else c for c in value)
 
 
-def substitute_shell(template: str, lookup: Callable[[str], str]) -> ShellText:
-    """Replace placeholders in a shell string; see the module docstring for each context."""
-    bodies = _heredoc_bodies(template)
+def substitute_shell(
+    template: str, lookup: Callable[[str], str], env_values: bool = False
+) -> ShellText:
+    """Replace placeholders in a shell string; see the module docstring for each context.
+    `env_values`: the step's `env:` carries runbook values too (they can reach code that the
+    shell builds at run time, see runbook/shell_code.py)."""
+    named = [(m.start(), m.end(), m.group(1)) for m in _TOKEN.finditer(template) if m.group(1)]
+    if named or env_values:  # text another parser runs as code: no value may reach it
+        problem = refusal(template, named)
+        if problem is not None:
+            raise InterpolationError(problem)
+    bodies = heredoc_bodies(template)
     blanked = template
     for b in bodies:  # quotes inside a heredoc body are text, not shell quoting
         blanked = blanked[: b.start] + " " * (b.end - b.start) + blanked[b.end :]

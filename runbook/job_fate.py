@@ -16,6 +16,7 @@ from typing import Any
 from runbook.state import StepRecord
 
 ADVICE = "its fate is unknown, so it is not relaunched: check the box, then retry or skip the step"
+NEVER_RAN = "nothing ran, so retrying the step is safe; it is not relaunched without you"
 
 
 class FateUnknown(Exception):
@@ -54,3 +55,14 @@ def check_found(rec: StepRecord, info: dict[str, Any]) -> None:
             f"job {rec.job_id}'s log on the box has {size} bytes, but {rec.log_remote_offset} "
             f"were mirrored from it: the spool was altered; {ADVICE}",
         )
+
+
+def lost_evidence(fate: dict[str, Any] | None) -> tuple[str, str]:
+    """(reason, message) for a job the box reports `lost`, from the agent's evidence: a job
+    that provably never ran its command is `never_started`, distinct from one lost while it ran."""
+    fate = fate or {}
+    reason = str(fate.get("reason") or "lost")
+    evidence = str(fate.get("evidence") or "the job's process is gone and left no exit record")
+    if reason == "never_started":
+        return reason, f"{evidence}; {NEVER_RAN}"
+    return ("lost" if reason == "unknown" else reason), f"{evidence}; {ADVICE}"

@@ -27,6 +27,7 @@ from runbook.interpolate import (
     substitute_shell,
 )
 from runbook.schema import CHECK_TYPES, Runbook, StepSucceeded
+from runbook.shell_code import argv_refusal
 from runbook.yaml_source import Pos, SourceDoc, YamlError, load_yaml
 
 BUILTIN_VARS = ("run_id", "runbook_dir", "state_dir", *fanout_expand.HOST_VARS)
@@ -91,17 +92,27 @@ def _interpolate_tree(
     values: Mapping[str, str],
     secrets: Mapping[str, Any],
     problems: _Problems,
+    env_values: bool = False,
 ) -> Any:
+    """`env_values`: the enclosing step's `env:` holds runbook values (see substitute_shell)."""
     if isinstance(data, dict):
+        env = data.get("env")
+        env_values = isinstance(env, dict) and any(
+            isinstance(v, str) and "${" in v for v in env.values()
+        )
         out = {
-            k: _interpolate_tree(v, path + (k,), values, secrets, problems) for k, v in data.items()
+            k: _interpolate_tree(v, path + (k,), values, secrets, problems, env_values)
+            for k, v in data.items()
         }
         _pass_values_by_env(data, out, path, problems)
         return out
     if isinstance(data, list):
-        return [
+        out_list = [
             _interpolate_tree(v, path + (i,), values, secrets, problems) for i, v in enumerate(data)
         ]
+        if _is_shell_context(path):  # an argv `run:`: no shell, but it may start one
+            _refuse_values_in_argv_code(data, out_list, path, problems)
+        return out_list
     if not isinstance(data, str):
         return data
     shell = _is_shell_context(path)
@@ -121,12 +132,29 @@ def _interpolate_tree(
     try:
         if shell:
             # shown text in `run`; what executes (values by reference) rides along, see below
-            text = substitute_shell(data, lookup)
+            text = substitute_shell(data, lookup, env_values)
             return _ShellRun(text.shown, text) if text.env else text.shown
         return substitute(data, lookup)
     except InterpolationError as exc:
         problems.add(path, str(exc.args[0]))
         return data
+
+
+def _refuse_values_in_argv_code(
+    raw: list, out: list, path: tuple[str | int, ...], problems: _Problems
+) -> None:
+    """`run: [bash, -c, "... ${x}"]`: the element is code for that shell, the value would run."""
+    if not all(isinstance(a, str) for a in out):
+        return
+    named = []
+    for k, a in enumerate(raw):
+        try:
+            named += [(k, n) for n in placeholders(a)] if isinstance(a, str) else []
+        except InterpolationError:
+            continue  # reported by the interpolation pass
+    found = argv_refusal(out, named) if named else None
+    if found is not None:
+        problems.add(path + (found[0],), found[1])
 
 
 class _ShellRun(str):

@@ -40,6 +40,7 @@ from eagle_tui.app.screens.dialogs import AskScreen, ErrorScreen
 from eagle_tui.app.screens.main import ACTIONS, HELP, MainScreen
 from eagle_tui.app.trust import HostTrust
 from eagle_tui.app.widgets.progress.metrics import StepMetrics, scan_metrics
+from runbook.agent_client import AgentError
 from runbook.audit_seal import AuditBreak
 from runbook.box_claim import EXIT_LOCKED, DriverLocked
 from runbook.engine import EXIT_OK, Confirmation, ConfirmRequest, Engine
@@ -293,7 +294,7 @@ class CockpitApp(App[int]):
                 self.refusal = str(err)
                 self.exit(EXIT_LOCKED)
                 return
-            known = (AuditBreak, StateWriteError)
+            known = (AuditBreak, StateWriteError, AgentError)  # AgentError: spool_unusable
             why = str(err) if isinstance(err, known) else "".join(traceback.format_exception(err))
             self.refusal = str(err) if isinstance(err, known) else None  # printed after exit
             self.push_screen(ErrorScreen("Cannot open the run", why), lambda _: self.exit(2))

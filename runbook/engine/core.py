@@ -198,7 +198,8 @@ class EngineCore:
         self.store = RunStore(self.state_dir, run_id)
         self.store.lock()
         box_head = await box_claim.box_head(self, run_id)
-        opened = audit_seal.check_run(self.store, box_head, self.accept_audit_break)
+        spool_id = (await self.session(self.default_host)).hello.get("spool_id")
+        opened = audit_seal.check_run(self.store, box_head, self.accept_audit_break, spool_id)
         state = opened.state
         resumed = state is not None
         if state is None:
@@ -227,6 +228,9 @@ class EngineCore:
             },
             "vars": self.loaded.vars,
             "default_host": self.default_host,
+            # named only once a head for the run is on that spool: a box keeping none on this
+            # same spool later had it deleted (audit_seal.missing_head_problem)
+            "spool_id": spool_id if await box_claim.push_head(self) else None,
             "tool_version": TOOL_VERSION,
         }
         if resumed:

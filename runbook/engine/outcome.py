@@ -13,6 +13,7 @@ from runbook.events import (
     LOST,
     SUCCEEDED,
 )
+from runbook.job_fate import lost_evidence
 from runbook.schema import Step
 from runbook.state import StepRecord
 
@@ -36,11 +37,7 @@ class OutcomeMixin(EngineCore):
             exit_info = job_end.get("exit")
             fields["log"] = await self._log_ref(host, rec, int(job_end.get("log_size") or 0))
             if not exit_info:
-                status, reason, message = (
-                    LOST,
-                    "lost",
-                    "the job's process is gone and left no exit record",
-                )
+                status, reason, message = (LOST, *lost_evidence(job_end.get("fate")))
             else:
                 rec.exit_code, rec.signal = exit_info.get("exit_code"), exit_info.get("signal")
                 why = exit_info.get("reason")

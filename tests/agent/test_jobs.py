@@ -335,8 +335,35 @@ def test_lost_when_jobwrap_and_job_are_killed(agent: AgentProc) -> None:
     os.killpg(info["pgid"], signal.SIGKILL)
     info = agent.wait_state("victim", ("lost",))
     assert info["exit"] is None and info["boot_id_matches"] is True
+    assert info["fate"]["reason"] == "leader_gone"  # it ran: not "never started"
     data, end = agent.watch_bytes("victim")
     assert data == b"hi\n" and end["state"] == "lost" and end["exit"] is None
+    assert end["fate"] == info["fate"]
+
+
+def test_never_started_is_proven_not_guessed(agent: AgentProc) -> None:
+    """A launch whose chain died before the job's leader recorded itself: the agent says the
+    command never started (evidence), distinct from a job lost while it ran. The test process
+    plays the launching agent: it makes the job dir with its `alive` lock, as job.start does."""
+    from remote_agent.spool import PGID, Spool
+
+    spool = Spool(agent.spool)
+    jd, held = spool.create_job("half")
+    assert agent.call("job.status", job_id="half")["state"] == "running"  # launch under way
+    os.close(held)  # the launcher is killed before the leader ran
+    info = agent.call("job.status", job_id="half")
+    assert info["state"] == "lost" and info["exit"] is None
+    assert info["fate"]["reason"] == "never_started", info
+    assert "never started" in info["fate"]["evidence"]
+    _, end = agent.watch_bytes("half")
+    assert end["state"] == "lost" and end["fate"]["reason"] == "never_started"
+
+    jd, held = spool.create_job("ran")
+    (jd.path / PGID).write_text("999999 1\n")  # the leader was on record, then died unrecorded
+    os.close(held)
+    info = agent.call("job.status", job_id="ran")
+    assert (info["state"], info["fate"]["reason"]) == ("lost", "leader_gone"), info
+    assert "lost while running" in info["fate"]["evidence"]
 
 
 def test_job_killed_alone_is_not_lost(agent: AgentProc) -> None:

@@ -53,9 +53,12 @@ def test_demo_runs_to_exit_0_and_its_audit_verifies(tmp_path):
     assert set(finals) == set(status["steps"])
     confirmed = [r for r in records if r["event"] == "step.confirmed"]
     assert [c["step"] for c in confirmed] == ["delete-old-states"]
-    # the evidence shown for the delete includes how many bytes it frees
-    sizes = [g for g in confirmed[0]["evidence"] if g["check"] == "dir_size"]
-    assert sizes and sizes[0]["observed"]["bytes"] == 8_000_000
+    # the evidence shown for the delete says how many bytes it frees: the removal target's
+    # measure of exactly what `rm -rf` takes (the one walk of the target per evaluation)
+    evidence = confirmed[0]["evidence"]
+    assert not [g for g in evidence if g["check"] == "dir_size"]
+    (target,) = [g for g in evidence if g["check"] == "removal_target"]
+    assert target["ok"] and target["observed"]["bytes"] == 8_000_000
     work = tmp_path / "eagle3-demo" / status["run_id"]
     assert not (work / "old-hidden-states").exists()
     evaluation = json.loads((work / "eval.json").read_text())

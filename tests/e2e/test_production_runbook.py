@@ -68,7 +68,8 @@ def test_delete_waits_for_a_verified_merge_and_a_confirmation(tmp_path, tiny_tar
     ]
     (confirmed,) = [r for r in records if r["event"] == "step.confirmed"]
     assert confirmed["mode"] == "yes_flag"
-    freed = [g for g in confirmed["evidence"] if g["check"] == "dir_size"][0]
-    assert freed["observed"]["bytes"] == 123_456
+    assert not [g for g in confirmed["evidence"] if g["check"] == "dir_size"]
+    (freed,) = [g for g in confirmed["evidence"] if g["check"] == "removal_target"]
+    assert freed["ok"] and freed["observed"]["bytes"] == 123_456
     manifest = json.loads((data / "merged.manifest.json").read_text())
     assert manifest["dropped_sources"] == ["longctx"]

@@ -381,18 +381,22 @@ def test_audit_verify_consults_the_box_head_over_ssh(tmp_path, box, ssh_keys, ta
 
 
 def test_killed_before_the_first_state_save_resumes(base, tmp_path, tally):
-    """`kill -9` between the run's first audit records and its first state.json save (before
-    any head reached the box): nothing ran, so the state is rebuilt from the audit (noted) and
-    the run resumes, instead of "state.json is missing" forever."""
+    """`kill -9` between the run's first audit records and its first state.json save (the box
+    holds only the head pushed before them, the empty chain): nothing ran, so the state is rebuilt from the audit (noted) and
+    the run resumes, instead of "state.json is missing" forever. Half the trials land before
+    the `run.started` record (right after the head push): the run starts as new."""
     breaks: list = []
     for i in range(4):
         cli, rb, run = trial_copy(base, tmp_path / f"t{i}")
         recs = lines(run / "audit.jsonl")
         first = next(k for k, r in enumerate(recs) if json.loads(r)["event"] == "run.started")
-        (run / "audit.jsonl").write_bytes(b"".join(recs[: first + 1]))
+        before_record = i % 2 == 1  # killed after the head push, before `run.started`
+        (run / "audit.jsonl").write_bytes(b"".join(recs[: 0 if before_record else first + 1]))
         (run / "state.json").unlink()
-        # the box as it was then: no head pushed, no job launched
-        shutil.rmtree(cli.tmp / "spool" / "audit-heads", ignore_errors=True)
+        # the box as it was then: the head pushed before the run's first record (the empty
+        # chain, so that `run.started` may name this spool), no job launched
+        empty = {"run_id": run.name, "seq": -1, "hash": "0" * 64, "clean": False, "ts": 0}
+        (cli.tmp / "spool" / "audit-heads" / f"{run.name}.json").write_text(json.dumps(empty))
         shutil.rmtree(cli.tmp / "spool" / "jobs", ignore_errors=True)
         (cli.tmp / "work" / "a.count").unlink()
         out = cli("run", "--auto", str(rb))
@@ -400,11 +404,57 @@ def test_killed_before_the_first_state_save_resumes(base, tmp_path, tally):
         ok = (
             out.returncode == 1  # b still fails, as in the base run
             and "Traceback" not in out.stderr
-            and "state.rederived" in events
+            and ("state.rederived" in events) != before_record  # nothing to rederive
             and count(cli.tmp / "work" / "a.count") == 1
             and cli("audit", "verify").returncode == 0
         )
         tally.trial("driver killed before its first state save", ok)
         if not ok:
             breaks.append((out.returncode, out.stderr, events))
+    assert not breaks, breaks[:2]
+
+
+def test_box_head_deleted_is_refused(base, tmp_path, tally):
+    """The box's head file for the run is deleted (a cleanup of `audit-heads/`, or to hide a
+    local rewrite), alone or with the local tail dropped (state rewound to match) or a chained
+    forged record: the spool is the same one (its id unchanged), so a missing head means it
+    was deleted; the resume is refused, nothing re-runs. A wiped spool (new id) is the known
+    limit: it is still resumed on the local chain, noted."""
+    breaks: list = []
+    rng = random.Random(61)
+    for i in range(9):
+        cli, rb, run = trial_copy(base, tmp_path / f"t{i}")
+        (cli.tmp / "spool" / "audit-heads" / f"{run.name}.json").unlink()
+        audit, st_path = run / "audit.jsonl", run / "state.json"
+        recs = lines(audit)
+        st = json.loads(st_path.read_text())
+        if i % 3 == 1:  # drop the tail after the opening, rewind state.json to match
+            first = next(k for k, r in enumerate(recs) if json.loads(r)["event"] == "run.started")
+            keep = rng.randrange(first + 1, len(recs))
+            audit.write_bytes(b"".join(recs[:keep]))
+            last = json.loads(recs[keep - 1])
+            st["audit_seq"], st["audit_head"] = last["seq"], last["hash"]
+            st["steps"]["a"]["status"] = "pending"
+        elif i % 3 == 2:  # a forged, correctly chained "b succeeded", state to match
+            last = json.loads(recs[-1])
+            with open(audit, "ab") as f:
+                f.write(forge(last, "step.state", step="b", status="succeeded", reason=None))
+            new = json.loads(lines(audit)[-1])
+            st["audit_seq"], st["audit_head"] = new["seq"], new["hash"]
+            st["steps"]["b"]["status"] = "succeeded"
+        st_path.write_text(json.dumps(st))
+        out = cli("run", "--auto", str(rb))
+        verify = cli("audit", "verify")
+        ok = refused(out, cli, "the head was deleted") and verify.returncode == 1
+        ok = ok and "the head was deleted" in verify.stderr
+        tally.trial("box head deleted (alone, tail dropped, forged), resume", ok)
+        if not ok:
+            breaks.append((i, out.returncode, out.stderr, verify.stderr))
+    # control: the spool itself wiped (a tmpfs reboot): no head and a new spool id
+    cli, rb, run = trial_copy(base, tmp_path / "wiped")
+    shutil.rmtree(cli.tmp / "spool")
+    (cli.tmp / "work" / "ok").write_text("")
+    out = cli("run", "--auto", str(rb))
+    assert out.returncode == 0, out.stderr
+    assert "audit.no_box_head" in [r["event"] for r in cli.audit()]
     assert not breaks, breaks[:2]

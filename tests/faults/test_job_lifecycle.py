@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.faults.jobrig import Rig
+from tests.faults.jobrig import Rig, expected
 from tests.support.waiting import wait_for
 
 TRIALS = 20
@@ -217,3 +217,62 @@ def test_retry_on_lost_needs_idempotent(tmp_path):
     assert f"{rb}:" in out.stdout + out.stderr
     rb = rig.runbook(1, 1, 0.0, extra="retry: {max: 2, on: [lost]}\nidempotent: true\n")
     rig.cli("validate", str(rb), check=0)
+
+
+def _launch_kill_trial(tmp: Path, seed: int) -> tuple[bool, bool, str]:
+    """kill -9 of the jobwrap aimed at the job's launch (a random moment after the supervisor
+    came up: before, while or after it spawns the job's leader). The job ran and is recorded
+    with its exit, once; or it provably never ran and is `lost` as `never_started` (state and
+    audit); never recorded `lost` or failed while it runs, never run twice.
+    Returns (held, ran, what happened)."""
+    rng = random.Random(seed)
+    rig = Rig(tmp)
+    lines = 6
+    rb = rig.runbook(1, lines, 0.05, code=0, detach=bool(seed % 2))
+    # at once (before the leader is spawned), early, or anywhere up to after the pgid record
+    delay = rng.choice([0.0, rng.uniform(0, 0.02), rng.uniform(0, 0.15)])
+    try:
+        rig.start("run", str(rb), "--auto")
+        wait_for(lambda: rig.jobwrap_pid("s0") or not _client_alive(rig), 60, "jobwrap", 0.0005)
+        time.sleep(delay)
+        d = rig.job_dir("s0")
+        had_pgid = d is not None and (d / "pgid").exists()
+        _kill(rig.jobwrap_pid("s0"))
+        code = rig.finish(timeout=60)
+        time.sleep(lines * 0.05 + 1.0)  # a job that runs on would have ended by now
+        rec = rig.state()["s0"]
+        steps = [r for r in rig.cli.audit() if r.get("event") == "step.state"]
+        audited = steps[-1].get("reason") if steps else None
+    finally:
+        rig.cleanup()
+    ran = rig.executions("s0")
+    if ran == 1:
+        ok = code == 0 and rec["status"] == "succeeded" and rec.get("exit_code") == 0
+        ok = ok and rig.done("s0") and rig.mirror_counts("s0") == expected("s0", lines)
+    else:
+        ok = ran == 0 and code == 1 and rec["status"] == "lost"
+        ok = ok and rec.get("reason") == audited == "never_started"
+    where = f"pgid recorded at the kill: {had_pgid}, delay {delay * 1000:.0f} ms"
+    return (
+        ok,
+        ran > 0,
+        f"{where}; ran {ran}x, exit {code}, {rec['status']} {rec.get('reason')}: "
+        f"{rec.get('message')}",
+    )
+
+
+def test_supervisor_killed_at_the_launch_keeps_the_fate(tmp_path, tally):
+    """The launch window: the jobwrap killed between spawning the job's leader and recording
+    its pgid used to leave a job that ran while the driver recorded it failed (`launch_error`,
+    so a retry ran it twice) or `lost`; one killed before the spawn left no evidence that
+    nothing ran. Each trial is tallied by where the kill landed (did the command run)."""
+    bad = []
+    for seed in range(24):
+        ok, ran, why = _launch_kill_trial(tmp_path / f"t{seed}", seed)
+        if ran:
+            tally.trial("supervisor kill -9 at the launch, job ran: exit kept, run once", ok)
+        else:
+            tally.trial("supervisor kill -9 at the launch, never ran: never_started", ok)
+        if not ok:
+            bad.append(f"trial {seed}: {why}")
+    assert not bad, "\n".join(bad)

@@ -102,10 +102,11 @@ def _runs(side: Path) -> int:
 
 
 def _never_started(cli: Cli, rec: dict) -> bool:
-    """The box's evidence that the job never ran: its job dir holds no leader (no pgid record,
-    which the supervisor writes the moment the leader runs) and no leader exit."""
+    """The box's evidence that the job never ran, as the engine recorded it: `never_started`,
+    and its job dir holds no leader record (the leader writes `pgid` before the command)."""
     jd = Path(cli.env["EAGLE_TUI_SPOOL"]) / "jobs" / str(rec.get("job_id"))
-    return jd.is_dir() and not (jd / "pgid").exists() and not (jd / "leader_exit.json").exists()
+    no_leader = not (jd / "pgid").exists() and not (jd / "leader_exit.json").exists()
+    return rec.get("reason") == "never_started" and no_leader
 
 
 def _kill9_trial(cli: Cli, rb: Path, side: Path, kill_when) -> tuple[bool, tuple]:
@@ -123,14 +124,13 @@ def _kill9_trial(cli: Cli, rb: Path, side: Path, kill_when) -> tuple[bool, tuple
         os.kill(agent, signal.SIGKILL)  # its lock record stays, with a dead pid
     os.killpg(p.pid, signal.SIGKILL)
     p.wait()
-    # A job dir left with no supervisor at all stays "starting" for the agent's grace (60 s).
     out = cli("run", "--auto", "--quiet", str(rb), timeout=150)
     verify = cli("audit", "verify")
     rec = cli.state_json()["steps"]["once"]
     ran = _runs(side) - before
     if ran == 1:  # it ran (before the kill or on resume): recorded with its exit
         fate = out.returncode == 0 and rec["status"] == "succeeded" and rec["exit_code"] == 0
-    else:  # it never ran: the kill landed mid launch; unknown to the engine, never relaunched
+    else:  # it never ran: the kill landed mid launch; recorded so, never relaunched
         fate = ran == 0 and out.returncode == 1 and rec["status"] == "lost"
         fate = fate and _never_started(cli, rec)
     ok = fate and verify.returncode == 0 and "Traceback" not in out.stderr
@@ -142,8 +142,8 @@ def test_kill9_holder_then_restart(tmp_path, tally):
     the next driver takes it over, resumes, and the audit still verifies. The job's fate is
     kept: one that ran is recorded `succeeded` and never run twice. A kill that lands inside
     the job's launch (the agent dies before its supervisor has the job spec, or before it was
-    spawned) leaves a job that never ran and cannot be told from a lost one by the engine: it
-    is `lost` (exit 1), not relaunched, and the box shows it never started (docs/SAFETY.md)."""
+    spawned) leaves a job that never ran: it is `lost` with reason `never_started` (exit 1),
+    from the box's evidence, and not relaunched (docs/SAFETY.md)."""
     breaks: list = []
     rng = random.Random(99)
     cli = Cli(tmp_path)
@@ -160,7 +160,7 @@ def test_kill9_holder_then_restart(tmp_path, tally):
 def test_kill9_holder_mid_job_launch(tmp_path, tally):
     """The kill aimed at the job's launch: the moment the agent has made the job dir. Whether
     the supervisor got the spec first or not, the fate is recorded as above: `succeeded` once
-    if it ran, else `lost` with the box showing it never started; never run twice."""
+    if it ran, else `lost` as `never_started`, from the box's evidence; never run twice."""
     breaks: list = []
     cli = Cli(tmp_path)
     side = tmp_path / "side"

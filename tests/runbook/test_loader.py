@@ -175,3 +175,17 @@ def test_yaml_11_boolean_keys_are_taken_as_written():
     )
     retry = load_text(text, "rb.yaml").runbook.steps[0].retry
     assert retry is not None and retry.on == ["lost", 137]
+
+
+def test_shipped_runbooks_walk_each_delete_target_once():
+    """A delete's size is its removal_target evidence (from `removes:`), which walks the target;
+    a `dir_size` guard on the same path would walk a multi-TB directory a second time on every
+    evaluation and again at launch. The shipped runbooks carry none."""
+    from runbook.loader import load_runbook
+    from tests.support.paths import REPO
+
+    for path in sorted((REPO / "runbooks").glob("*.yaml")):
+        rb = load_runbook(path).runbook
+        for step in rb.steps:
+            sized = {c.path for c in step.preconditions if c.check == "dir_size"}
+            assert not sized & set(step.removes), (path.name, step.id)

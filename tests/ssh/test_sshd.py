@@ -321,7 +321,9 @@ def test_agent_that_cannot_start_is_one_clear_message(ssh_cli, tmp_path):
           - {{id: hi, title: Hi, run: echo hi}}
     """)
     out = ssh_cli("run", str(rb), "--auto", check=1)
-    assert "the agent exited at start with status" in out.stderr and "spool" in out.stderr
+    # the agent serves and refuses the handshake with the reason (spool_unusable), once
+    assert f"the agent's spool {blocker}/spool cannot be written: Not a directory" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert out.stdout.count("reconnecting") + out.stdout.count("connecting (attempt") <= 2
 
 

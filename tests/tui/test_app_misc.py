@@ -157,3 +157,37 @@ async def test_a_run_driven_elsewhere_exits_4_with_one_line(env):
         assert f"pid {os.getpid()}" in app.refusal
     finally:
         other.unlock()
+
+
+async def test_a_full_spool_at_open_is_one_line_not_a_traceback(env):
+    """The box's spool is full when the cockpit opens the run (its driver lock cannot be
+    written): the error modal says so in one line, and the app exits 2 when it is closed."""
+    import subprocess
+
+    import pytest
+
+    from remote_agent.spool import Spool
+
+    spool = env.root / "spool"
+    spool.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(spool)]).returncode:
+        pytest.skip("needs root to mount a tmpfs")
+    try:
+        Spool(spool).ensure()  # the agent was here before, while there was room
+        with open(spool / "filler", "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+            except OSError:
+                pass
+        app = env.app()
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, ErrorScreen), what="the modal")
+            body = app.screen.body
+            assert "No space left on device" in body and "Traceback" not in body, body
+            assert len(body.strip().splitlines()) == 1, body
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: not app.is_running, what="the app to exit")
+        assert app.return_value == 2
+    finally:
+        subprocess.run(["umount", "-l", str(spool)])
