@@ -103,6 +103,10 @@ def make_side(side: str, args, device: str):
     import torch
 
     ns = shape_args(args)
+    if side not in OPTION_SETS:  # SpecForge imported before our trainer exists (import_sf)
+        from bench_specforge import import_sf
+
+        import_sf(Path(args.wheel), device)
     opts = OPTION_SETS.get(side, {})
     checkpointed = bool(opts.get("checkpoint_steps"))
     if checkpointed:
@@ -124,11 +128,8 @@ def make_side(side: str, args, device: str):
             opt.zero_grad(set_to_none=True)
 
         return one, config, ctx
-    from bench_specforge import SFStep, add_wheel, cpu_stubs, sf_draft_like
+    from bench_specforge import SFStep, sf_draft_like
 
-    add_wheel(Path(args.wheel))
-    if device == "cpu":
-        cpu_stubs()
     attention = "flex_attention" if device != "cpu" else "sdpa"
     with torch.device(device):  # made on the GPU: no host initialisation of 2.3 B floats
         draft = sf_draft_like(drafter, config, device, attention)
