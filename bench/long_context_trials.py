@@ -232,9 +232,9 @@ class Worker:
         return any(t.get("ok") is False for t in self.rec["trials"])
 
     def ladder(self, seqs: list[int], timed: int) -> None:
-        for seq in seqs:
-            if self.failed():
-                return
+        for seq in seqs:  # a failure ends the rungs at or past its length only
+            if any(t.get("ok") is False and t["seq"] <= seq for t in self.rec["trials"]):
+                continue
             if time.time() > self.deadline:
                 self.rec["trials"].append({"seq": seq, "skipped": "worker time budget"})
                 return
