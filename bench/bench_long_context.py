@@ -23,6 +23,10 @@ ONE call, `--budget-s` (default 530) for everything, parts in priority order:
   max_seq             per side a ladder of lengths then probes from the fitted memory (peak =
                       a + b x length: the next probe is the predicted longest fit) in the same
                       child until its first failure, then fresh children bisect (step 4,096)
+                      while time is left. Ours starts at the length the line through the two
+                      longest measured lean peaks predicts for 96 % of the card (predicted_top:
+                      16K 45.10 / 32K 69.48 GiB -> 73,728), then its timed 16K/32K rungs (a
+                      failure skips only rungs at or past it); SpecForge goes 16K, then probes
                       while time is left. SpecForge's 4K child continues into its ladder (kept
                       compiled; told to go once nothing else holds GPU memory) with MAXSEQ_SF_SHARE
                       of what is left; then ours (lean options) in a fresh child. Each failure:
@@ -52,6 +56,15 @@ FLOPs / step time / 790 TFLOP/s (H200 bf16 dense); recomputation (checkpointing)
 
 SpecForge: its wheel on sys.path, nothing installed (bench_specforge.py). Stage it with
 `bench/stage_long_context.sh` (git-ignored .whl/) and carry `.whl`.
+
+A new length costs seconds, not minutes: the flex block mask is built without a compile
+(ttt_attention._doc_block_mask; the compiled create_block_mask's Triton sort took 250 s of the
+first 16K step on 2026-12-02), only flex attention itself recompiles (static shapes, ~14 s).
+
+Next session (~25 device-minutes), two calls, each carrying .whl:
+      A  python3 bench/bench_long_context.py --part equal --part maxseq --budget-s 530  (~10 min)
+      B  python3 bench/bench_long_context.py --part accept --budget-s 330              (~6 min)
+  B alone has its whole budget (beside part 1 it is killed ACCEPT_GRACE_S after part 1 ends).
 
 Run:  bash bench/stage_long_context.sh                  (here, with PyPI: the SpecForge wheel)
       python3 bench/bench_long_context.py --budget-s 530 (one H200, one call, carry .whl)
@@ -100,9 +113,13 @@ FRESH_MIN_S = {
 }  # a fresh bisection child: start + compile + step
 MARGIN_S = 12  # writing the result and exiting
 PENDING = "pending: the run was stopped before this part ended"
-OURS_LADDER, SF_LADDER = [16 * K, 32 * K], [16 * K, 32 * K]
+# ours: first the longest length the memory fit of earlier peaks predicts (PRIOR_PEAKS, or the
+# result file's), then the timed 16K/32K rungs, then fitted probes; SpecForge: 16K, then probes
+OURS_LADDER, SF_LADDER = [16 * K, 32 * K], [16 * K]
+# lean-option peaks (GiB) measured on one H200 (2026-12-02): 16K 45.10, 32K 69.48; 139.8 GiB
+PRIOR_PEAKS, PRIOR_TOTAL_GIB, FIT_SHARE = {16 * K: 45.10, 32 * K: 69.48}, 139.8, 0.96
 TINY_SEQ4, TINY_STEP, TINY_T16, TINY_T32 = 256, 128, 512, 1024
-TINY_OURS, TINY_SF = [512, 1024], [512, 1024]
+TINY_OURS, TINY_SF, TINY_FIRST = [512, 1024], [512, 1024], 1536
 
 
 def _env(args) -> dict:
@@ -236,8 +253,11 @@ class Run:
             "ends_by_s": round(eq_end - self.t0),
             "child_cap_s": EQUAL_CHILD_S,
         }
-        if "accept" in parts:
-            pool.spawn("accept", [], eq_end + ACCEPT_GRACE_S, EXPECTED_GB["accept"])
+        if "accept" in parts:  # beside part 1 it must end soon after it; otherwise: all of it
+            alone = "equal" not in parts or "maxseq" not in parts
+            pool.spawn(
+                "accept", [], self.end if alone else eq_end + ACCEPT_GRACE_S, EXPECTED_GB["accept"]
+            )
         queue = (
             [s for s in EQUAL_ORDER if s != "specforge" or self.sf_ok] if "equal" in parts else []
         )
@@ -385,8 +405,11 @@ class Run:
             detail["specforge"] = {"ladder_child": strip(res), "cut": res.get("cut")}
         elif self.sf_ok:
             detail["specforge"] = {"cut": "its 4K child did not reach max_seq"}
-        # ours: a fresh child, lean options (the 4K lean child filled the compile cache)
-        ours_l = TINY_OURS if self.tiny else OURS_LADDER
+        # ours: a fresh child, lean options (the 4K lean child filled the compile cache); its
+        # first rung is the fitted top, so the goal length is tried before the time runs out
+        first = TINY_FIRST if self.tiny else predicted_top(self.report, self.step())
+        self.plan["max_seq"]["ours_first"] = first
+        ours_l = [first] + (TINY_OURS if self.tiny else OURS_LADDER)
         allowed = self.end - time.time()
         self.plan["max_seq"]["ours_share_s"] = round(allowed)
         extra = [
@@ -478,6 +501,22 @@ class Run:
             else:
                 why = t.get("error") or t.get("skipped") or "not reached in the budget"
                 self.report[label] = {"seq": seq, "cut" if "error" not in t else "error": why}
+
+
+def predicted_top(report: dict, step: int) -> int:
+    """The longest length a straight line through the two longest measured lean peaks (this
+    result file's max_seq trials of ours, else PRIOR_PEAKS) predicts to fit in FIT_SHARE of the
+    GPU, rounded down to `step`: 16K 45.10 / 32K 69.48 GiB of 139.8 -> 72K (73,728)."""
+    trials_ = (report.get("max_seq_detail", {}).get("ours", {}) or {}).get("trials", [])
+    seen = {t["seq"]: t["peak_mem_gb"] for t in trials_ if t.get("ok") and t.get("peak_mem_gb")}
+    peaks = seen if len(seen) >= 2 else PRIOR_PEAKS
+    (l1, p1), (l2, p2) = sorted(peaks.items())[-2:]
+    total = (report.get("max_seq_detail", {}).get("ours", {}).get("ladder_child") or {}).get(
+        "gpu_total_gib"
+    ) or PRIOR_TOTAL_GIB
+    slope = (p2 - p1) / (l2 - l1)
+    top = int((FIT_SHARE * total - (p2 - slope * l2)) / slope) // step * step
+    return max(top, l2 + step)
 
 
 def strip(res: dict) -> dict:

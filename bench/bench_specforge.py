@@ -77,6 +77,29 @@ def add_wheel(wheel: Path) -> None:
         sys.path.insert(0, str(wheel))
 
 
+def import_sf(wheel: Path, device: str) -> list[str]:
+    """The wheel on sys.path, the CPU stubs (CPU only) and SpecForge's EAGLE-3 modules imported,
+    before any trainer is built, as SpecForge's own scripts import them (at the top).
+
+    Why first: llama3_eagle.py keeps the ImportError of its optional flash_attn import in a
+    module global (`_std_flash_attn_import_error`); its traceback holds the frames of whoever
+    imported the module first, and through their f_back every caller's locals. Imported
+    inside sf_draft_like (commit c805050, 2026-12-02), whose frame holds `drafter`, that kept
+    our whole Kimi-shaped drafter (4.25 GiB fp32 trainables + 2.19 GiB bf16 embedding =
+    6.43 GiB) alive on the GPU beside SpecForge's: the 41.54 GB of the SpecForge 4K trial in
+    bench/results/long-context.json against 35.05 GB in specforge-full.json (2026-11-30: the
+    import ran inside sf_draft, whose caller deleted the drafter). Found on CPU with gc:
+    tests/eagle3/drafter/test_bench_long_context.py checks that no drafter of ours survives.
+    """
+    import importlib
+
+    add_wheel(wheel)
+    stubs = cpu_stubs() if device == "cpu" else []
+    for name in SF_MODULES:
+        importlib.import_module(name)
+    return stubs
+
+
 def cpu_stubs() -> list[str]:
     """CPU rehearsal only: SpecForge's Triton loss module is replaced by the same formula in torch
     (sys.modules entry for `specforge.core.loss`), so the rest of its code runs unchanged."""
@@ -254,6 +277,9 @@ def worker_throughput(side: str, args) -> dict:
         device=device,
         **{k: getattr(args, k, None) for k in bench_train.KIMI},
     )
+    stubs: list[str] = []
+    if not side.startswith("ours"):  # before our trainer exists (see import_sf)
+        stubs = import_sf(Path(args.wheel), device)
     drafter, ctx, params, opt, config, backend = bench_train.build(ns, device)
     seq = 4096 if device != "cpu" else 256
     teacher = (ctx.lm_head, ctx.draft_ids)
@@ -287,8 +313,6 @@ def worker_throughput(side: str, args) -> dict:
             )
 
     else:
-        add_wheel(Path(args.wheel))
-        stubs = cpu_stubs() if device == "cpu" else []
         attention = "flex_attention" if device != "cpu" else "sdpa"
         draft = sf_draft_like(drafter, config, device, attention)
         lm_head = ctx.lm_head

@@ -103,6 +103,10 @@ def make_side(side: str, args, device: str):
     import torch
 
     ns = shape_args(args)
+    if side not in OPTION_SETS:  # SpecForge imported before our trainer exists (import_sf)
+        from bench_specforge import import_sf
+
+        import_sf(Path(args.wheel), device)
     opts = OPTION_SETS.get(side, {})
     checkpointed = bool(opts.get("checkpoint_steps"))
     if checkpointed:
@@ -124,11 +128,8 @@ def make_side(side: str, args, device: str):
             opt.zero_grad(set_to_none=True)
 
         return one, config, ctx
-    from bench_specforge import SFStep, add_wheel, cpu_stubs, sf_draft_like
+    from bench_specforge import SFStep, sf_draft_like
 
-    add_wheel(Path(args.wheel))
-    if device == "cpu":
-        cpu_stubs()
     attention = "flex_attention" if device != "cpu" else "sdpa"
     with torch.device(device):  # made on the GPU: no host initialisation of 2.3 B floats
         draft = sf_draft_like(drafter, config, device, attention)
@@ -231,9 +232,9 @@ class Worker:
         return any(t.get("ok") is False for t in self.rec["trials"])
 
     def ladder(self, seqs: list[int], timed: int) -> None:
-        for seq in seqs:
-            if self.failed():
-                return
+        for seq in seqs:  # a failure ends the rungs at or past its length only
+            if any(t.get("ok") is False and t["seq"] <= seq for t in self.rec["trials"]):
+                continue
             if time.time() > self.deadline:
                 self.rec["trials"].append({"seq": seq, "skipped": "worker time budget"})
                 return

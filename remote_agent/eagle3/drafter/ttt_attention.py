@@ -73,7 +73,7 @@ class TTTAttention:
             raise ValueError("query rows must be strictly increasing positions")
         self.rows = rows
         self.block_mask = self.rows_mask = None
-        if backend == "flex":
+        if backend == "flex":  # built directly for packed documents (no compile, no L x L)
             compile_mask = compiled and doc.is_cuda
             self.block_mask = _flex_block_mask(doc, None, compile_mask)
             if rows is not None:
@@ -200,8 +200,18 @@ def _flex_fn(compiled: bool = True):
     return _FLEX
 
 
-def _flex_block_mask(doc: torch.Tensor, rows: torch.Tensor | None, compile_mask: bool):
-    """Causal + document mask; with `rows`, query positions outside them see only their own key."""
+def _flex_block_mask(doc: torch.Tensor, rows: torch.Tensor | None, compile_mask: bool = False):
+    """Causal + document mask; with `rows`, query positions outside them see only their own key.
+
+    Packed documents (doc ids non-decreasing along positions, as data.py and
+    doc_ids_from_lengths make them) get their BlockMask built directly from per-block document
+    ranges (`_doc_block_mask`): the same tensors create_block_mask returns, never a dense [L, L]
+    mask and never a compile. create_block_mask under torch.compile costs a compile per new
+    length, and one with a cliff: on torch 2.11 its argsort over the key blocks is lowered to a
+    Triton persistent sort for up to 256 blocks (pytorch issues 182060/182745), whose cold
+    compile took minutes at 16K tokens (128 blocks; bench/results/long-context.json:
+    250 s in the first 16K step of 2026-12-02). Any other doc layout: create_block_mask
+    (compiled when `compile_mask`, which avoids the dense [L, L] mask eager flex would build)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
     b, n = doc.shape
@@ -210,6 +220,7 @@ def _flex_block_mask(doc: torch.Tensor, rows: torch.Tensor | None, compile_mask:
         def mask_mod(bi, h, qi, ki):
             return (ki <= qi) & (doc[bi, qi] == doc[bi, ki])
 
+        keep = None
     else:
         keep = torch.zeros(n, dtype=torch.bool, device=doc.device)
         keep[rows] = True
@@ -217,7 +228,63 @@ def _flex_block_mask(doc: torch.Tensor, rows: torch.Tensor | None, compile_mask:
         def mask_mod(bi, h, qi, ki):
             return ((ki <= qi) & (doc[bi, qi] == doc[bi, ki]) & keep[qi]) | (ki == qi)
 
+    if n == 0 or bool((doc[:, 1:] >= doc[:, :-1]).all()):
+        return _doc_block_mask(doc, keep, mask_mod)
     return create_block_mask(mask_mod, b, None, n, n, device=doc.device, _compile=compile_mask)
+
+
+def _doc_block_mask(doc: torch.Tensor, keep: torch.Tensor | None, mask_mod, block: int = BLOCK):
+    """BlockMask of mask_mod (causal + same document, optionally only kept query rows plus the
+    diagonal) from block statistics: O((L / block)^2) booleans, eager, no compile.
+
+    With doc ids non-decreasing, for key block kb before query block qb a pair is visible iff
+    its two positions share a document, i.e. iff the last document of kb (its max id) is the
+    first one (among the kept rows) of qb; every pair is visible iff kb's first document is
+    qb's last and qb has no padding and every row kept. Diagonal blocks always hold (q, q) and
+    are never full (keys after the query). Partial = some but not all visible, as
+    create_block_mask counts them (positions past L are invisible), so the result equals its
+    tensors (tests/eagle3/drafter/test_drafter_long_memory.py)."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    b, n = doc.shape
+    nb = -(-n // block)
+    pad = nb * block - n
+    big = 1 << 40  # past any doc id (int32), exact as the float pad value
+    d = doc.long()
+    dmin = torch.nn.functional.pad(d, (0, pad), value=big).view(b, nb, block).amin(-1)
+    dmax = torch.nn.functional.pad(d, (0, pad), value=-big).view(b, nb, block).amax(-1)
+    if keep is None:
+        kmin = dmin
+        kept = torch.ones(n, dtype=torch.bool, device=doc.device)
+    else:
+        kmin = torch.where(keep, d, big)
+        kmin = torch.nn.functional.pad(kmin, (0, pad), value=big).view(b, nb, block).amin(-1)
+        kept = keep
+    # every row of the query block is a real, kept position (padding rows see nothing)
+    whole = torch.nn.functional.pad(kept, (0, pad), value=False).view(nb, block).all(-1)
+    idx = torch.arange(nb, device=doc.device)
+    below = idx[None, :] < idx[:, None]  # [qb, kb]: key block before the query block
+    diag = idx[None, :] == idx[:, None]
+    some = diag | (below & (dmax[:, None, :] == kmin[:, :, None]))
+    full = below & whole[:, None] & (dmin[:, None, :] == dmax[:, :, None])
+    partial = some & ~full
+
+    def ordered(m: torch.Tensor):
+        m = m.to(torch.int32).unsqueeze(1)  # [B, 1, nq, nkv]
+        num = m.sum(-1).to(torch.int32)
+        return num, torch.argsort(m, dim=-1, descending=True, stable=True).to(torch.int32)
+
+    kv_num, kv_idx = ordered(partial)
+    full_num, full_idx = ordered(full)
+    return BlockMask.from_kv_blocks(
+        kv_num,
+        kv_idx,
+        full_num,
+        full_idx,
+        BLOCK_SIZE=(block, block),
+        mask_mod=mask_mod,
+        seq_lengths=(n, n),
+    )
 
 
 def _pow2(n: int) -> int:

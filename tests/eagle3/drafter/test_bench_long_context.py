@@ -91,3 +91,29 @@ def test_tiny_rehearsal_writes_every_key(tmp_path):
     for name in ("with_long", "without_long"):
         assert acc[name] and all({"bucket", "accept_length"} <= set(x) for x in acc[name])
     assert "long-context [max seq] ours 1536" in proc.stdout
+
+
+def test_the_specforge_side_keeps_no_drafter_of_ours(tmp_path):
+    """SpecForge's llama3_eagle keeps its flash_attn ImportError (traceback and all) in a module
+    global; imported while a frame held our drafter, it kept 6.43 GiB of ours beside SpecForge's
+    on the GPU (41.54 vs 35.05 GB at 4K). import_sf imports it first: nothing of ours survives."""
+    wheel = REPO / ".whl" / "specforge-0.2.0-py3-none-any.whl"
+    if not wheel.exists():
+        pytest.skip("no SpecForge wheel (bench/stage_long_context.sh)")
+    code = (
+        "import argparse, gc, sys\n"
+        f"sys.path[:0] = [{str(REPO)!r}, {str(REPO / 'bench')!r}]\n"
+        "import long_context_trials as T\n"
+        "from remote_agent.eagle3.drafter.model import Eagle3Drafter\n"
+        f"a = argparse.Namespace(tiny=True, ttt=3, wheel={str(wheel)!r})\n"
+        "one, config, ctx = T.make_side('specforge', a, 'cpu')\n"
+        "gc.collect()\n"
+        "print('ours alive:', sum(isinstance(o, Eagle3Drafter) for o in gc.get_objects()))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", code], env=env, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ours alive: 0" in proc.stdout, proc.stdout

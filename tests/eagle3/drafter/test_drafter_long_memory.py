@@ -236,3 +236,51 @@ def test_trainer_step_with_compile_loss_equals_the_plain_one():
     plain, g_plain = run("llama", "chunked", True, False, False)
     comp, g_comp = run("llama", "chunked", True, False, False, compile_loss=True)
     assert_same(comp, g_comp, plain, g_plain, rtol=1e-4, atol=1e-5, loss_rtol=1e-5)
+
+
+@pytest.mark.parametrize("n", [1, 100, 128, 129, 300, 1000])
+def test_direct_block_mask_equals_create_block_mask(n):
+    """The block mask built from per-block document ranges (no compile: a new length costs
+    milliseconds, not a Triton sort compile) has exactly create_block_mask's tensors, for packed
+    documents of any lengths (block borders inside and between documents, padding), with and
+    without query rows; a doc layout that is not packed falls back to create_block_mask."""
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from remote_agent.eagle3.drafter.ttt_attention import _flex_block_mask, doc_ids_from_lengths
+
+    def reference(doc, rows):
+        if rows is None:
+            return create_block_mask(
+                lambda b, h, q, k: (k <= q) & (doc[b, q] == doc[b, k]), 1, None, n, n, "cpu"
+            )
+        keep = torch.zeros(n, dtype=torch.bool)
+        keep[rows] = True
+        return create_block_mask(
+            lambda b, h, q, k: ((k <= q) & (doc[b, q] == doc[b, k]) & keep[q]) | (k == q),
+            1, None, n, n, "cpu",
+        )  # fmt: skip
+
+    g = torch.Generator().manual_seed(n)
+    layouts = [[n], [max(n // 3, 1)], [1, 127, 129, 3, 200, 64, 500]]
+    names = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices",
+             "q_num_blocks", "q_indices", "full_q_num_blocks", "full_q_indices")  # fmt: skip
+    for lengths in layouts:
+        cut, left = [], n
+        for length in lengths:  # the rest after the documents is padding (one more doc)
+            if left:
+                cut.append(min(length, left))
+                left -= cut[-1]
+        doc = doc_ids_from_lengths(cut, n).unsqueeze(0)
+        some = torch.randperm(n, generator=g)[: max(1, n // 3)].sort().values
+        for rows in (None, some, torch.arange(n)):
+            got, want = _flex_block_mask(doc, rows), reference(doc, rows)
+            for name in names:
+                assert torch.equal(getattr(got, name), getattr(want, name)), (cut, name)
+            assert got.seq_lengths == want.seq_lengths
+            assert got.BLOCK_SIZE == want.BLOCK_SIZE
+    if n > 1:  # not packed (ids not non-decreasing): create_block_mask itself
+        doc = (torch.arange(n) % 2).to(torch.int32).unsqueeze(0)
+        got, want = _flex_block_mask(doc, None), reference(doc, None)
+        assert torch.equal(got.kv_num_blocks, want.kv_num_blocks)
+        assert torch.equal(got.full_kv_indices, want.full_kv_indices)
