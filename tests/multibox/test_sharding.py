@@ -76,7 +76,12 @@ def test_two_shards_union_equals_one_dump(tiny_target, tmp_path, capsys):
     for sid in ref.ids():  # the same states, whichever shard dumped them
         assert torch.equal(union.input_ids(sid), ref.input_ids(sid))
         a, b = union.get(sid), ref.get(sid)
-        assert all(torch.equal(a[k], b[k]) for k in ("aux", "final"))
+        # a shard batches each sample beside other samples (other padded shapes, so other
+        # fp32 GEMM blockings on some CPUs: 1.9e-6 seen on one), so equal to rounding: the
+        # fp32 final state to 1e-5, the bf16 aux rows to one bf16 step (another sample's
+        # states, or shifted rows, differ by far more)
+        torch.testing.assert_close(a["final"], b["final"], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(a["aux"].float(), b["aux"].float(), rtol=8e-3, atol=8e-3)
     code, out = verify(root, data, capsys)
     assert code == 0 and out.startswith(f"OK: {len(LENGTHS)} samples"), out
 
