@@ -72,6 +72,12 @@ SF_MODULES = [
 # -- SpecForge import ----------------------------------------------------------------------
 
 
+def drafter_heads(target: Path) -> int:
+    """Attention heads of the tiny drafters the accept benches train for `target`."""
+    hidden = json.loads((target / "config.json").read_text())["hidden_size"]
+    return 16 if hidden >= 512 else 4
+
+
 def add_wheel(wheel: Path) -> None:
     if str(wheel) not in sys.path:
         sys.path.insert(0, str(wheel))
@@ -527,8 +533,7 @@ def run_acceptance(args) -> dict:
     )
     if device == "cuda":
         torch.cuda.empty_cache()
-    hidden = json.loads((target / "config.json").read_text())["hidden_size"]
-    heads = 16 if hidden >= 512 else 4
+    heads = drafter_heads(target)
     cfg = {
         "target": {"path": str(target)},
         "data": {

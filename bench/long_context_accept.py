@@ -140,11 +140,12 @@ def run(args) -> dict:
 
 
 def train_one(args, target: Path, inputs: dict, vocab: str, z: dict, out: Path):
+    from bench_specforge import drafter_heads
+
     from remote_agent.eagle3.drafter import config as config_mod
     from remote_agent.eagle3.drafter.train import train
 
-    hidden = json.loads((target / "config.json").read_text())["hidden_size"]
-    heads = 16 if hidden >= 512 else 4
+    heads = drafter_heads(target)
     cfg = {
         "target": {"path": str(target)},
         "data": {
