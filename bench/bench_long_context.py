@@ -104,7 +104,7 @@ ADMIT_GB = 124  # of ~139 GiB: room for allocator slack and CUDA contexts; a chi
 # that still runs out of memory beside others is run again once (alone if need be)
 EQUAL_ORDER = ("ours_mid", "specforge", "ours", "ours_lean")  # the new figure first
 EQUAL_SHARE = 0.5  # equal-work children end by this share of the budget
-EQUAL_CHILD_S = 150  # one of ours: start, build, compile (~37 s alone, more beside others), 7 steps
+EQUAL_CHILD_S = 210  # one of ours: start, build, compile (~60 s alone, more beside others), 7 steps
 ACCEPT_GRACE_S = 15
 MAXSEQ_SF_SHARE = 0.4  # of the time left after part 1, SpecForge's ladder (then ours)
 FRESH_MIN_S = {

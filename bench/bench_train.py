@@ -137,7 +137,7 @@ def build(args, device):
     from remote_agent.eagle3.distributed import Dist
     from remote_agent.eagle3.drafter.config import DrafterSection, TrainSection
     from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
-    from remote_agent.eagle3.drafter.train import StepContext, TTTStep
+    from remote_agent.eagle3.drafter.train import StepContext, TTTStep, compile_layer
     from remote_agent.eagle3.drafter.ttt_attention import pick_backend
 
     dims = dict(TINY if device == "cpu" else KIMI)
@@ -198,8 +198,7 @@ def build(args, device):
     tc = TrainSection(ttt_steps=args.ttt, compile=not args.no_compile)
     step = TTTStep(drafter, tc.ttt_steps, tc.loss_chunk)
     if device != "cpu" and tc.compile:
-        drafter.midlayer.pre = torch.compile(drafter.midlayer.pre)
-        drafter.midlayer.post = torch.compile(drafter.midlayer.post)
+        compile_layer(drafter, checkpointed=False)  # as the trainer compiles
     params = [p for p in drafter.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.95), fused=device != "cpu")
     autocast = (

@@ -20,6 +20,7 @@ where it was (`phase`) and what it finished.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import os
@@ -120,6 +121,7 @@ def make_side(side: str, args, device: str):
             setattr(ctx.model, name, value)
         if checkpointed and device == "cuda":
             compile_layer(drafter, checkpointed=True)
+            ctx.tc = dataclasses.replace(ctx.tc, compile=True)  # the merge too, as the trainer
 
         def one(b, i):
             forward_backward(ctx, b, i)

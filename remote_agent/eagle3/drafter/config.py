@@ -185,22 +185,24 @@ class TrainSection:
         "layer in backward)",
         False,
     )
-    cast_weights_once: bool = doc(
+    cast_weights_once: bool | None = doc(
         "bf16: the layer's matrices are cast once per step and shared by the TTT steps instead "
         "of a saved copy per TTT step (exact: gradients still sum in fp32; ~1.4 GiB per TTT step "
-        "less at the Kimi shape; not with parallel: fsdp)",
-        False,
+        "less at the Kimi shape); null = on, except with parallel: fsdp across ranks (true "
+        "there is an error)",
+        None,
     )
     recompute_elementwise: bool = doc(
         "the fp32 TTT-diagonal merge and the RMSNorm before the draft lm_head keep only their "
         "inputs and are recomputed in backward (exact; elementwise work only)",
-        False,
+        True,
     )
     compile_loss: bool = doc(
         "the soft CE's per-chunk fp32 math (log-sum-exp, CE, argmax, logit gradient) as "
         "torch.compile'd fused kernels instead of a dozen eager passes (same math; falls back "
-        "to eager if it cannot compile)",
-        False,
+        "to eager if it cannot compile); applied where the layer is compiled (CUDA, "
+        "train.compile)",
+        True,
     )
     teacher_fp32: bool = doc("compute teacher logits in fp32 (slower; bf16 matches serving)", False)
     log_every: int = doc("emit a metrics line every N steps", 10)

@@ -13,7 +13,7 @@ TTT step autograd keeps
 
 `cast_weights_once` casts the matrices once per unroll and shares them (SharedCast keeps a
 gradient path per step, so the fp32 masters still sum the steps' gradients in fp32, exactly as
-autocast's per-step casts do). `recompute_elementwise` checkpoints the merge and the loss norm:
+autocast's per-step casts do; GradSum adds them in place, a third of the memory traffic). `recompute_elementwise` checkpoints the merge and the loss norm:
 they keep only their inputs (already kept by their neighbours) and are recomputed in backward;
 both are elementwise, so the recompute is a few milliseconds against a ~400 ms step. All exact:
 tests/eagle3/drafter/test_drafter_long_memory.py compares losses and gradients with the plain
@@ -27,66 +27,136 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 from torch import nn
 
+_ADD: dict[str, object] = {}
+
+
+def add_into(total: torch.Tensor, grad: torch.Tensor) -> None:
+    """total += grad (fp32 += bf16) in place. On CUDA one compiled kernel with vectorised
+    loads: eager's mixed-dtype add is an unrolled kernel at about half the bandwidth (one H200,
+    4K equal work: 17.8 ms of a 0.41 s step; compiled 0.369 vs 0.377 s per step,
+    bench/results/profile-4k/2026-12-02b-compiled-merge.json). Elementwise, each element
+    rounded once: the same values."""
+    if not total.is_cuda:
+        total.add_(grad)
+        return
+    if "fn" not in _ADD:
+        _ADD["fn"] = torch.compile(lambda t, g: t.add_(g), dynamic=True)
+    _ADD["fn"](total, grad)  # type: ignore[operator]
+
+
+class GradSum:
+    """The fp32 sum of one master's per-step gradients (`uses` TTT steps use the matrix).
+
+    Each step's bf16 gradient is added in place (one fused kernel: read bf16, read and write
+    fp32) instead of widened to a new fp32 tensor that autograd then adds out of place (4.3 GB
+    more traffic per step and matrix set on the Kimi shape; 0.4288 -> 0.4134 s per 4K step on
+    one H200: bench/results/profile-4k/2026-12-02a-gradsum.json). Same values in the same order, so bit for bit what autocast's per-use casts
+    give. The last use hands the sum to the master (its AccumulateGrad, so DDP/FSDP hooks fire
+    as usual)."""
+
+    def __init__(self, uses: int) -> None:
+        self.uses, self.seen = uses, 0
+        self.total: torch.Tensor | None = None
+
+    def add(self, grad: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+        if self.total is None:
+            self.total = grad.to(dtype)
+        else:
+            add_into(self.total, grad)
+        self.seen += 1
+        if self.seen < self.uses:
+            return None
+        total, self.total, self.seen = self.total, None, 0
+        return total
+
 
 class SharedCast(torch.autograd.Function):
-    """forward: the already-cast copy of `master` (no new memory); backward: the gradient
-    widened to the master's dtype. One node per use, so per-use gradients meet in fp32."""
+    """forward: the already-cast copy of `master` (no new memory); backward: the gradient added
+    to the master's fp32 GradSum, which the last of the `uses` nodes returns as the master's
+    gradient (the others return None: nothing to add yet)."""
 
     @staticmethod
-    def forward(ctx, master: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
-        ctx.dtype = master.dtype
+    def forward(ctx, master: torch.Tensor, low: torch.Tensor, grads: GradSum) -> torch.Tensor:
+        ctx.dtype, ctx.grads = master.dtype, grads
         return low.view_as(low)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        return grad.to(ctx.dtype), None
+        return ctx.grads.add(grad, ctx.dtype), None, None
 
 
-def shared_casts(
-    layer: nn.Module, dtype: torch.dtype
-) -> dict[str, tuple[nn.Parameter, torch.Tensor]]:
-    """{name: (master, low-precision copy)} for the layer's matrices (norm vectors stay fp32:
-    the norms compute in fp32 from them). Made once per unroll."""
-    out = {}
-    for name, p in layer.named_parameters():
-        if p.ndim == 2 and p.dtype != dtype:
-            with torch.no_grad():
-                low = p.detach().to(dtype)
-            out[name] = (p, low)
-    return out
+class SharedCasts:
+    """The layer's matrices cast once for an unroll of `uses` steps: {name: (master, low copy,
+    GradSum)} (norm vectors stay fp32: the norms compute in fp32 from them)."""
+
+    def __init__(self, layer: nn.Module, dtype: torch.dtype, uses: int) -> None:
+        self.items: dict[str, tuple[nn.Parameter, torch.Tensor, GradSum]] = {}
+        for name, p in layer.named_parameters():
+            if p.ndim == 2 and p.dtype != dtype:
+                with torch.no_grad():
+                    low = p.detach().to(dtype)
+                self.items[name] = (p, low, GradSum(uses))
+
+    def unfinished(self) -> list[str]:
+        """Matrices whose gradient sum was started but not handed over (a step's backward
+        missing): empty after every complete backward."""
+        return [name for name, (_, _, g) in self.items.items() if g.seen]
 
 
-def layer_weights(
-    layer: nn.Module, casts: dict[str, tuple[nn.Parameter, torch.Tensor]] | None
-) -> AbstractContextManager:
+def unroll_casts(layer: nn.Module, uses: int, enabled: bool) -> SharedCasts | None:
+    """The shared casts for an unroll of `uses` steps (each uses every matrix once) when
+    `enabled` (train.cast_weights_once) and autocast is on: its dtype; else None."""
+    dev = next(layer.parameters()).device.type
+    if not (enabled and torch.is_autocast_enabled(dev)):
+        return None
+    return SharedCasts(layer, torch.get_autocast_dtype(dev), uses)
+
+
+def check_handed_over(casts: SharedCasts | None) -> None:
+    """After backward: every shared matrix's gradient reached its master (a TTT step whose
+    backward never ran would otherwise drop the sum silently)."""
+    left = casts.unfinished() if casts is not None else []
+    if left:
+        raise RuntimeError(
+            f"cast_weights_once: the gradient sums of {', '.join(left)} were not handed to their "
+            "masters (a TTT step's backward did not run); the step's gradients are incomplete"
+        )
+
+
+def layer_weights(layer: nn.Module, casts: SharedCasts | None) -> AbstractContextManager:
     """Within: the layer's matrices are the shared copies (through a SharedCast node each)."""
-    if not casts:
+    if casts is None or not casts.items:
         return nullcontext()
     from torch.nn.utils.stateless import _reparametrize_module
 
-    swapped = {name: SharedCast.apply(master, low) for name, (master, low) in casts.items()}
+    swapped = {
+        name: SharedCast.apply(master, low, grads)
+        for name, (master, low, grads) in casts.items.items()
+    }
     return _reparametrize_module(layer, swapped)
 
 
 MERGE_ROWS = 4096  # positions per recomputed merge block: its fp32 insides exist per block only
 
 
-def merge_recomputed(o0, lse0, q, ks, vs, scale: float, rows: int | None = None) -> torch.Tensor:
-    """ttt_attention.merge_diagonal in blocks of positions, each kept as its inputs only and
-    recomputed in backward. Every position's merge is its own (its query, the earlier steps'
-    keys and values at that position), so the blocks give exactly the whole: at 100K tokens the
-    seventh step's fp32 stack alone would be ~17 GiB, a 4,096-row block holds 0.7 GiB."""
+def merge_recomputed(
+    o0, lse0, q, ks, vs, scale: float, rows: int | None = None, merge=None
+) -> torch.Tensor:
+    """ttt_attention.merge_diagonal (or `merge`, its compiled form) in blocks of positions, each
+    kept as its inputs only and recomputed in backward. Every position's merge is its own (its
+    query, the earlier steps' keys and values at that position), so the blocks give exactly the
+    whole: at 100K tokens the seventh step's fp32 stack alone would be ~17 GiB, a 4,096-row
+    block holds 0.7 GiB."""
     from remote_agent.eagle3.drafter.ttt_attention import merge_diagonal
 
     n, rows = q.shape[2], rows or MERGE_ROWS
+    merge = merge or merge_diagonal  # or its compiled form (ttt_attention._merge_fn)
     parts = []
     for lo in range(0, n, rows):
         hi = min(lo + rows, n)
         block = [k[:, :, lo:hi] for k in ks], [v[:, :, lo:hi] for v in vs]
         parts.append(
-            recomputed(
-                merge_diagonal, o0[:, :, lo:hi], lse0[:, :, lo:hi], q[:, :, lo:hi], *block, scale
-            )
+            recomputed(merge, o0[:, :, lo:hi], lse0[:, :, lo:hi], q[:, :, lo:hi], *block, scale)
         )
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
 

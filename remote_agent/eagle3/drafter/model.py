@@ -25,11 +25,14 @@ that are in the draft vocabulary.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:
+    from remote_agent.eagle3.drafter.memory import SharedCasts
 
 LLAMA_ARCH = "LlamaForCausalLMEagle3"
 MLA_ARCH = "Eagle3DeepseekV2ForCausalLM"
@@ -333,7 +336,7 @@ class Eagle3Drafter(nn.Module):
         steps: int,
         rows: torch.Tensor | None = None,
         checkpoint: bool = False,
-        cast_once: torch.dtype | None = None,
+        casts: SharedCasts | None = None,
     ):
         """Unroll `steps` draft steps over a packed sequence; returns the pre-norm outputs.
 
@@ -349,14 +352,11 @@ class Eagle3Drafter(nn.Module):
         checkpoint: activation checkpointing per TTT step (long sequences): a step keeps its
         output, key and value; everything inside it is recomputed during backward.
 
-        cast_once: the layer's matrices are cast to this dtype once for the whole unroll and
-        shared by its steps (memory.py: SharedCast), instead of once per step and call (autocast
-        under torch.compile keeps a copy per step for backward). Gradients still reach the fp32
-        masters per step and accumulate there in fp32, as with autocast.
+        casts: the layer's matrices cast once for the whole unroll (memory.SharedCasts, made for
+        `steps` uses) and shared by its steps, instead of once per step and call (autocast under
+        torch.compile keeps a copy per step for backward). Gradients still reach the fp32 masters
+        per step and accumulate there in fp32, as with autocast.
         """
-        from remote_agent.eagle3.drafter.memory import shared_casts
-
-        casts = shared_casts(self.midlayer, cast_once) if cast_once is not None else None
         hidden = self.project(aux)
         k0 = v0 = None
         ks: list[torch.Tensor] = []
@@ -388,7 +388,7 @@ class Eagle3Drafter(nn.Module):
 
     def _step(self, hidden, ids, positions, attention, k0, v0, ks, vs, casts=None):
         """One draft step -> (pre-norm output, this step's key, value); step 0 when k0 is None.
-        casts: the layer's shared low-precision matrices (memory.shared_casts) or None."""
+        casts: the layer's shared low-precision matrices (memory.SharedCasts) or None."""
         from remote_agent.eagle3.drafter.memory import layer_weights
 
         layer = self.midlayer

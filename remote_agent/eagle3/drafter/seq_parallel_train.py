@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 from remote_agent.eagle3.drafter.data import StepTargets, step_targets
 from remote_agent.eagle3.drafter.loss import Teacher, soft_ce, teacher
-from remote_agent.eagle3.drafter.memory import recomputed
+from remote_agent.eagle3.drafter.memory import check_handed_over, recomputed, unroll_casts
 from remote_agent.eagle3.drafter.seq_parallel import SeqParallelAttention
 from remote_agent.eagle3.drafter.simulate import chain_depth
 from remote_agent.eagle3.drafter.ttt_attention import BLOCK
@@ -83,15 +83,10 @@ def sp_forward_backward(
     )  # fmt: skip
     losses, args = [], []
     with c.autocast:
-        typ = dev.type
-        cast = (
-            torch.get_autocast_dtype(typ)
-            if module.cast_weights_once and torch.is_autocast_enabled(typ)
-            else None
-        )
+        casts = unroll_casts(d.midlayer, steps, module.cast_weights_once)
         outs = d.ttt(
             aux[:, lo:hi], [x[:, lo:hi] for x in st.ids], b.positions[:, lo:hi], attention, steps,
-            None, module.checkpoint_steps, cast,
+            None, module.checkpoint_steps, casts,
         )  # fmt: skip
         norm = partial(recomputed, d.norm) if module.recompute_elementwise else d.norm
         w_lm = None
@@ -110,6 +105,7 @@ def sp_forward_backward(
             args.append(full)
     total = torch.stack([c.step_w[k] * losses[k] / counts[k].clamp(min=1) for k in range(steps)])
     total.sum().backward()
+    check_handed_over(casts)
     mine = StepTargets(st.ids, [w & own for w in st.weight], [v & own for v in st.valid])
     plan = RowPlan(None, [None] * steps, [None] * steps)
     return StepOut(

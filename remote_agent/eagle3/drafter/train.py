@@ -63,12 +63,27 @@ def cpu_threads() -> None:
 
 
 def compile_layer(drafter: Eagle3Drafter, checkpointed: bool) -> None:
-    """torch.compile the layer halves. Under per-step checkpointing the recompute must meet the
-    graph the forward used: with one dynamic-shape graph from the start, a static graph (first
-    shape) and a later dynamic one can never be picked differently (pytorch issue 166926)."""
+    """torch.compile the layer halves and the norm before the draft lm_head. Under per-step
+    checkpointing the recompute must meet the graph the forward used: with one dynamic-shape
+    graph from the start, a static graph (first shape) and a later dynamic one can never be
+    picked differently (pytorch issue 166926). The norm meets a new row count at every TTT
+    step (and is recomputed under recompute_elementwise): dynamic from the start as well. The
+    TTT merge is compiled by the attention itself (ttt_attention._merge_fn)."""
     dynamic = True if checkpointed else None
     drafter.midlayer.pre = torch.compile(drafter.midlayer.pre, dynamic=dynamic)
     drafter.midlayer.post = torch.compile(drafter.midlayer.post, dynamic=dynamic)
+    drafter.norm.forward = torch.compile(drafter.norm.forward, dynamic=True)
+
+
+def resolved_options(tc, world: int, device_type: str) -> tuple[bool, bool]:
+    """(cast_weights_once, compiled) as this run applies them: cast_weights_once null = on unless
+    FSDP shards the layer across ranks (its own mixed-precision casts; true there is an error);
+    compiled = the layer, norm, merge and soft CE compiled (CUDA and train.compile)."""
+    sharded = tc.parallel == "fsdp" and world > 1
+    if tc.cast_weights_once and sharded:
+        raise BadInput("train.cast_weights_once does not combine with train.parallel: fsdp")
+    cast_once = not sharded if tc.cast_weights_once is None else bool(tc.cast_weights_once)
+    return cast_once, device_type == "cuda" and tc.compile
 
 
 def lr_lambda(total: int, warmup: int, min_ratio: float):
@@ -117,8 +132,7 @@ def train(cfg: Config) -> dict[str, Any]:
     tc = cfg.train
     d, bf16, backend = _devices(tc)
     device = d.device
-    if tc.cast_weights_once and tc.parallel == "fsdp" and d.world > 1:
-        raise BadInput("train.cast_weights_once does not combine with train.parallel: fsdp")
+    cast_once, compiled = resolved_options(tc, d.world, device.type)
     sp = tc.sequence_parallel and d.world > 1  # every rank the same batch, its share of positions
     if sp and tc.parallel == "fsdp":
         raise BadInput("train.sequence_parallel does not combine with train.parallel: fsdp")
@@ -138,9 +152,9 @@ def train(cfg: Config) -> dict[str, Any]:
     global_step = res.global_step
     step_module = TTTStep(
         drafter, tc.ttt_steps, tc.loss_chunk, tc.checkpoint_ttt_steps, tc.loss_recompute,
-        tc.cast_weights_once, tc.recompute_elementwise, tc.compile_loss,
+        cast_once, tc.recompute_elementwise, tc.compile_loss and compiled,
     )  # fmt: skip
-    if device.type == "cuda" and tc.compile:
+    if compiled:
         compile_layer(drafter, tc.checkpoint_ttt_steps)
     model = step_module if sp else wrap(step_module, d, tc.parallel, bf16)
     params = [p for p in model.parameters() if p.requires_grad]

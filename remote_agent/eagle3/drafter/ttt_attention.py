@@ -57,10 +57,14 @@ class TTTAttention:
         compiled: bool = True,
         rows: torch.Tensor | None = None,
         recompute_merge: bool = False,
+        compile_merge: bool = False,
     ):
         self.doc = doc
         # memory.py: the fp32 merge keeps only its inputs and is recomputed in backward
         self.recompute_merge = recompute_merge
+        # the merge as fused kernels (the trainer's compile on CUDA): eager, it is ~20 fp32
+        # passes over [heads, L, d] per earlier step, forward and backward
+        self.merge = _merge_fn(compile_merge)
         self.compiled = compiled  # eager flex (tests on CPU) materialises the scores
         self.scale = scale
         self.backend = backend
@@ -105,11 +109,13 @@ class TTTAttention:
 
     def __call__(self, q, k0, v0, ks, vs):
         o0, lse0 = self.causal(q, k0, v0)
-        if self.recompute_merge and ks:
+        if not ks:
+            return o0
+        if self.recompute_merge:
             from remote_agent.eagle3.drafter.memory import merge_recomputed
 
-            return merge_recomputed(o0, lse0, q, ks, vs, self.scale)
-        return merge_diagonal(o0, lse0, q, ks, vs, self.scale)
+            return merge_recomputed(o0, lse0, q, ks, vs, self.scale, merge=self.merge)
+        return self.merge(o0, lse0, q, ks, vs, self.scale)
 
 
 def _expand_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -126,16 +132,44 @@ def merge_diagonal(o0, lse0, q, ks, vs, scale: float) -> torch.Tensor:
     """Fold the per-position keys of steps 1..k into the causal result (fp32 merge)."""
     if not ks:
         return o0
+    return merge_stacked(o0, lse0, q, torch.stack(ks, dim=3), torch.stack(vs, dim=3), scale)
+
+
+def merge_stacked(o0, lse0, q, kst, vst, scale: float) -> torch.Tensor:
+    """merge_diagonal with the earlier steps' keys and values stacked: [B, kv_heads, L, k, d]
+    (one compiled graph serves every k)."""
     heads = q.shape[1]
     acc = _acc(q)
     qf = q.to(acc)
-    s = torch.stack([(qf * _expand_kv(k, heads).to(acc)).sum(-1) * scale for k in ks], dim=-1)
+    s = (qf.unsqueeze(3) * _expand_kv(kst, heads).to(acc)).sum(-1) * scale  # [B, h, L, k]
     m = torch.maximum(lse0.to(acc), s.amax(-1))
     w0 = torch.exp(lse0.to(acc) - m)
     w = torch.exp(s - m.unsqueeze(-1))
-    vstack = torch.stack([_expand_kv(v, heads).to(acc) for v in vs], dim=-2)  # [B,h,L,k,dv]
-    num = w0.unsqueeze(-1) * o0.to(acc) + (w.unsqueeze(-1) * vstack).sum(-2)
+    num = w0.unsqueeze(-1) * o0.to(acc) + (w.unsqueeze(-1) * _expand_kv(vst, heads).to(acc)).sum(-2)
     return (num / (w0 + w.sum(-1)).unsqueeze(-1)).to(q.dtype)
+
+
+_MERGE = None
+
+
+def _merge_fn(compiled: bool):
+    """merge_diagonal, or the same with merge_stacked torch.compile'd (one per process). One
+    graph for every number of earlier steps, length and row count (dynamic from the start, so
+    under per-step checkpointing the recompute meets the forward's graph: train.compile_layer);
+    the stack itself stays outside it (its backward is views)."""
+    global _MERGE
+    if not compiled:
+        return merge_diagonal
+    if _MERGE is None:
+        stacked = torch.compile(merge_stacked, dynamic=True)
+
+        def merge(o0, lse0, q, ks, vs, scale: float) -> torch.Tensor:
+            if not ks:
+                return o0
+            return stacked(o0, lse0, q, torch.stack(ks, dim=3), torch.stack(vs, dim=3), scale)
+
+        _MERGE = merge
+    return _MERGE
 
 
 def _mask(doc: torch.Tensor, qpos: torch.Tensor, k_hi: int) -> torch.Tensor:

@@ -17,7 +17,12 @@ from torch import nn
 from remote_agent.eagle3.distributed import Dist
 from remote_agent.eagle3.drafter.data import step_targets
 from remote_agent.eagle3.drafter.loss import soft_ce, teacher
-from remote_agent.eagle3.drafter.memory import recomputed
+from remote_agent.eagle3.drafter.memory import (
+    SharedCasts,
+    check_handed_over,
+    recomputed,
+    unroll_casts,
+)
 from remote_agent.eagle3.drafter.model import Eagle3Drafter
 from remote_agent.eagle3.drafter.simulate import chain_depth
 from remote_agent.eagle3.drafter.ttt_attention import TTTAttention
@@ -45,18 +50,14 @@ class TTTStep(nn.Module):
         self.cast_weights_once = cast_weights_once
         self.recompute_elementwise = recompute_elementwise
         self.compile_loss = compile_loss  # the soft CE's chunk math as compiled kernels
+        self.casts: SharedCasts | None = None  # the last unroll's (checked after backward)
 
     def forward(self, aux, ids, positions, attention, p, weights, plan: RowPlan):
         """Per TTT step: (weighted CE sum, draft argmax per position; -1 where not computed)."""
         d = self.drafter
-        dev = aux.device.type
-        cast = (
-            torch.get_autocast_dtype(dev)
-            if self.cast_weights_once and torch.is_autocast_enabled(dev)
-            else None
-        )
+        self.casts = unroll_casts(d.midlayer, self.steps, self.cast_weights_once)
         outs = d.ttt(
-            aux, ids, positions, attention, self.steps, plan.rows, self.checkpoint_steps, cast
+            aux, ids, positions, attention, self.steps, plan.rows, self.checkpoint_steps, self.casts
         )
         norm = partial(recomputed, d.norm) if self.recompute_elementwise else d.norm
         n = aux.shape[1]
@@ -194,11 +195,15 @@ def forward_backward(c: StepContext, b, step: int) -> StepOut:
         aux = (aux.float() + noise).to(aux.dtype)
     step_module = getattr(c.model, "module", c.model)  # DDP keeps it as .module
     merge = bool(getattr(step_module, "recompute_elementwise", False))
-    attention = TTTAttention(b.doc, c.scale, c.backend, rows=plan.rows, recompute_merge=merge)
+    attention = TTTAttention(
+        b.doc, c.scale, c.backend, rows=plan.rows, recompute_merge=merge,
+        compile_merge=tc.compile and aux.is_cuda,
+    )  # fmt: skip
     with c.autocast:
         losses, args = c.model(aux, st.ids, b.positions, attention, tch.p, weights, plan)
     # normalised by the valid tokens of all ranks; DDP averages gradients over ranks
     world = c.dist.world
     total = sum(c.step_w[k] * losses[k] * world / counts[k].clamp(min=1) for k in range(c.steps))
     total.backward()
+    check_handed_over(step_module.casts)
     return StepOut(losses, args, weights, counts, st, tch, sim_valid, plan)

@@ -134,3 +134,29 @@ def test_query_rows_are_checked():
     att = TTTAttention(doc, 0.3, "dense", rows=torch.tensor([2, 3]))
     with pytest.raises(ValueError, match="expected 24 or 2"):
         att(q[:, :, :5], k0, v0, [], [])
+
+
+@pytest.mark.parametrize("recompute", [False, True], ids=["kept", "recomputed"])
+def test_compiled_merge_matches_eager_values_and_grads(recompute, monkeypatch):
+    """compile_merge (the trainer's compile on CUDA) runs merge_diagonal as torch.compile'd
+    kernels, here through Inductor's CPU backend: the eager merge's values and gradients (fp64,
+    GQA, up to three earlier steps, blocks of the recomputed merge), and the reference's."""
+    from remote_agent.eagle3.drafter import memory
+
+    monkeypatch.setattr(memory, "MERGE_ROWS", 10)  # three blocks, a short last one
+    for steps in (2, 4):
+        q, k0, v0, ks, vs, doc = _inputs(steps=steps)
+        kw = dict(block=5, recompute_merge=recompute)
+        eager = TTTAttention(doc, 0.3, "chunked", **kw)(q, k0, v0, ks, vs)
+        compiled = TTTAttention(doc, 0.3, "chunked", compile_merge=True, **kw)
+        assert compiled.merge is not eager_merge()
+        got = compiled(q, k0, v0, ks, vs)
+        torch.testing.assert_close(got, eager, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(got, naive_ttt(q, k0, v0, ks, vs, doc, 0.3))
+        assert_same_grads(got, eager, [q, k0, v0, *ks, *vs])
+
+
+def eager_merge():
+    from remote_agent.eagle3.drafter.ttt_attention import merge_diagonal
+
+    return merge_diagonal

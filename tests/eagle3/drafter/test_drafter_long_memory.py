@@ -12,16 +12,18 @@ from test_drafter_skip_rows import chat_batch, vocab
 from remote_agent.eagle3.distributed import Dist
 from remote_agent.eagle3.drafter.config import TrainSection
 from remote_agent.eagle3.drafter.loss import soft_ce, soft_ce_reference
+from remote_agent.eagle3.drafter.train import compile_layer
 from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep, forward_backward
 
 
 def run(
     arch: str, backend: str, skip: bool, checkpoint: bool, recompute: bool,
     cast: bool = False, elementwise: bool = False, bf16: bool = False, hook=None,
-    compile_loss: bool = False,
+    compile_loss: bool = False, compiled: bool = False,
 ):  # fmt: skip
     """One trainer step; bf16: under CPU bf16 autocast without its cast cache (a cast per use,
-    as the compiled GPU step does), the fp32 masters and aux as the trainer keeps them."""
+    as the compiled GPU step does), the fp32 masters and aux as the trainer keeps them.
+    compiled: the layer and norm compiled as the trainer compiles them on CUDA."""
     torch.manual_seed(0)
     drafter = model_drafter(arch, draft_vocab=60)
     lm_head, t2d = vocab()
@@ -33,6 +35,8 @@ def run(
         drafter, tc.ttt_steps, 7, checkpoint_steps=checkpoint, loss_recompute=recompute,
         cast_weights_once=cast, recompute_elementwise=elementwise, compile_loss=compile_loss,
     )  # fmt: skip
+    if compiled:
+        compile_layer(drafter, checkpointed=checkpoint)
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16, cache_enabled=False)
     ctx = StepContext(
         module,
@@ -284,3 +288,89 @@ def test_direct_block_mask_equals_create_block_mask(n):
         got, want = _flex_block_mask(doc, None), reference(doc, None)
         assert torch.equal(got.kv_num_blocks, want.kv_num_blocks)
         assert torch.equal(got.full_kv_indices, want.full_kv_indices)
+
+
+def test_shared_cast_gradient_sum_is_handed_over_once_and_checked():
+    """GradSum adds each use's bf16 gradient to one fp32 sum in place and hands it to the
+    master at the last use: the master's gradient is the fp32 sum of the widened per-use
+    gradients, bit for bit. A use whose backward never ran is reported, not dropped silently."""
+    from remote_agent.eagle3.drafter.memory import (
+        check_handed_over,
+        layer_weights,
+        unroll_casts,
+    )
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(8, 4, bias=False)
+    xs = [torch.randn(5, 8).to(torch.bfloat16) for _ in range(3)]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        casts = unroll_casts(layer, 3, enabled=True)
+        assert casts is not None
+        outs = []
+        for x in xs:
+            with layer_weights(layer, casts):
+                outs.append(layer(x))
+    sum(o.float().square().sum() for o in outs).backward()
+    check_handed_over(casts)
+    low = layer.weight.detach().to(torch.bfloat16)
+    expect = None
+    for x in reversed(xs):  # backward meets the uses last first
+        g = (2 * (x @ low.T).float()).to(torch.bfloat16).T @ x
+        expect = g.float() if expect is None else expect + g.float()
+    assert layer.weight.grad is not None
+    torch.testing.assert_close(layer.weight.grad, expect, rtol=0, atol=0)
+
+    layer.weight.grad = None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        casts = unroll_casts(layer, 3, enabled=True)
+        with layer_weights(layer, casts):
+            only = layer(xs[0])
+    only.float().sum().backward()  # one use of three ran backward
+    assert layer.weight.grad is None
+    with pytest.raises(RuntimeError, match="weight.*not handed"):
+        check_handed_over(casts)
+    assert unroll_casts(layer, 3, enabled=False) is None
+
+
+@pytest.mark.parametrize("opts", ["mid", "all"])
+def test_compiled_trainer_step_equals_the_eager_one(opts, monkeypatch):
+    """What runs on CUDA, compiled here by Inductor's CPU backend: the layer halves and the norm
+    (train.compile_layer: dynamic under per-step checkpointing), the TTT merge
+    (ttt_attention._merge_fn) and the soft CE, under the middle options alone and with the lean
+    ones (per-step checkpointing: each recompute meets the graph its forward used). Losses,
+    gradients and draft argmax equal the eager step's."""
+    from remote_agent.eagle3.drafter import ttt_attention
+
+    merge_fn = ttt_attention._merge_fn
+    checkpoint, recompute, cast, elementwise = MIDDLE[opts]
+    eager, g_eager = run("llama", "chunked", True, checkpoint, recompute, cast, elementwise)
+    monkeypatch.setattr(ttt_attention, "_merge_fn", lambda compiled: merge_fn(True))
+    comp, g_comp = run(
+        "llama", "chunked", True, checkpoint, recompute, cast, elementwise,
+        compile_loss=True, compiled=True,
+    )  # fmt: skip
+    assert_same(comp, g_comp, eager, g_eager, rtol=1e-4, atol=1e-5, loss_rtol=1e-5)
+    for a, b in zip(comp.args, eager.args, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_the_exact_memory_options_are_the_defaults():
+    """The trainer's defaults are the middle set (bench: ours_mid, 4K equal work faster than
+    SpecForge at less memory); cast_weights_once stays off where FSDP shards the layer, and
+    asking for it there is an error; the soft CE is compiled where the layer is."""
+    from remote_agent.eagle3.drafter.train import resolved_options
+    from remote_agent.eagle3.errors import BadInput
+
+    tc = TrainSection()
+    assert tc.recompute_elementwise and tc.compile_loss and tc.cast_weights_once is None
+    assert not tc.checkpoint_ttt_steps and not tc.loss_recompute  # cost compute: opt-in
+    assert resolved_options(tc, 1, "cuda") == (True, True)
+    assert resolved_options(tc, 8, "cuda") == (True, True)  # DDP
+    assert resolved_options(tc, 1, "cpu") == (True, False)
+    fsdp = TrainSection(parallel="fsdp")
+    assert resolved_options(fsdp, 2, "cuda") == (False, True)
+    assert resolved_options(fsdp, 1, "cuda") == (True, True)  # one rank: nothing sharded
+    with pytest.raises(BadInput, match="cast_weights_once"):
+        resolved_options(TrainSection(parallel="fsdp", cast_weights_once=True), 2, "cuda")
+    assert resolved_options(TrainSection(cast_weights_once=False), 1, "cuda") == (False, True)
+    assert resolved_options(TrainSection(compile=False), 1, "cuda") == (True, False)
