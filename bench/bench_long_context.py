@@ -10,8 +10,9 @@ every phase, so one cut by the budget still says where it was.
 
 ONE call, `--budget-s` (default 530) for everything, parts in priority order:
 
-  equal_work_4k       one 4,096-token sequence: tokens/s and peak memory of ours (defaults),
-                      ours_mid (cast_weights_once + recompute_elementwise + compile_loss),
+  equal_work_4k       one 4,096-token sequence: tokens/s and peak memory of ours (the plain
+                      unroll, every memory option off), ours_mid (cast_weights_once +
+                      recompute_elementwise + compile_loss: the trainer's defaults),
                       ours_lean (+ per-step checkpointing and loss recompute) and SpecForge,
                       with ratios and which set meets the goal (memory <= SpecForge's at
                       >= 1.0x its tokens/s). Children run
@@ -61,9 +62,9 @@ A new length costs seconds, not minutes: the flex block mask is built without a 
 (ttt_attention._doc_block_mask; the compiled create_block_mask's Triton sort took 250 s of the
 first 16K step on 2026-12-02), only flex attention itself recompiles (static shapes, ~14 s).
 
-Next session (~25 device-minutes), two calls, each carrying .whl:
-      A  python3 bench/bench_long_context.py --part equal --part maxseq --budget-s 530  (~10 min)
-      B  python3 bench/bench_long_context.py --part accept --budget-s 330              (~6 min)
+The recorded result (2026-12-02, one H200) came from two calls, each carrying .whl:
+      A  python3 bench/bench_long_context.py --part equal --part maxseq --budget-s 530  (474 s)
+      B  python3 bench/bench_long_context.py --part accept --budget-s 330              (171 s)
   B alone has its whole budget (beside part 1 it is killed ACCEPT_GRACE_S after part 1 ends).
 
 Run:  bash bench/stage_long_context.sh                  (here, with PyPI: the SpecForge wheel)

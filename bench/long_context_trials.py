@@ -35,7 +35,9 @@ REPO = Path(__file__).resolve().parents[1]
 H200_PEAK = 790e12
 
 # our option sets (TTTStep attributes; train.* keys of the same names, checkpoint_steps =
-# checkpoint_ttt_steps); every one exact (tests/eagle3/drafter/test_drafter_long_memory.py)
+# checkpoint_ttt_steps); every one exact (tests/eagle3/drafter/test_drafter_long_memory.py).
+# ours: the plain unroll (TTTStep's own defaults: every option off); ours_mid: the trainer's
+# defaults (train.TrainSection); ours_lean: the longest sequences
 OPTION_SETS: dict[str, dict[str, bool]] = {
     "ours": {},
     "ours_mid": {"cast_weights_once": True, "recompute_elementwise": True, "compile_loss": True},

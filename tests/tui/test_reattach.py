@@ -58,6 +58,11 @@ async def test_quit_mid_job_then_reattach_without_gap_or_repeat(cockpit_env, cap
             lambda: any("reattached" in e.message for e in events.of(Notice)),
             what="reattach",
         )
+        # the run-all of the first cockpit goes on (actions.continue_intent); withdraw it, so the
+        # pane stays on train when it ends instead of following `report` (a race otherwise)
+        assert any("continuing run-all" in n.message for n in app2._notifications)
+        await pilot.press("A")
+        await wait_for(pilot, lambda: app2.engine.state.intent is None, what="run-all withdrawn")
         log = app2.main.query_one(LiveLog)
         mirror = app2.record("train").log_file
         assert list(log.lines) == mirror_lines(mirror)  # rebuilt from the mirror, exactly
@@ -74,6 +79,7 @@ async def test_quit_mid_job_then_reattach_without_gap_or_repeat(cockpit_env, cap
         await wait_for(
             pilot, lambda: list(log.lines) == mirror_lines(mirror), what="the pane to catch up"
         )
+        assert status(app2, "report") == "pending"  # nothing ran on after the withdrawal
         numbers = [int(m.group(1)) for x in log.lines if (m := NUMBERED.match(x))]
         assert numbers == list(range(1, 41))  # every line exactly once, in order
         # issue 15 defect 5: progress and metrics readable, no raw JSON with 16-digit floats

@@ -13,9 +13,11 @@ TTT step autograd keeps
 
 `cast_weights_once` casts the matrices once per unroll and shares them (SharedCast keeps a
 gradient path per step, so the fp32 masters still sum the steps' gradients in fp32, exactly as
-autocast's per-step casts do; GradSum adds them in place, a third of the memory traffic). `recompute_elementwise` checkpoints the merge and the loss norm:
-they keep only their inputs (already kept by their neighbours) and are recomputed in backward;
-both are elementwise, so the recompute is a few milliseconds against a ~400 ms step. All exact:
+autocast's per-step casts do; GradSum adds them in place, about half the memory traffic).
+`recompute_elementwise` checkpoints the merge and the loss norm: they keep only their inputs
+(already kept by their neighbours) and are recomputed in backward; both are elementwise, so the
+recompute is a few milliseconds against a ~400 ms step. Both are the trainer's defaults
+(train.TrainSection). All exact:
 tests/eagle3/drafter/test_drafter_long_memory.py compares losses and gradients with the plain
 unroll, in fp32 and under bf16 autocast.
 """

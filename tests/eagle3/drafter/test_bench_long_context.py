@@ -118,3 +118,29 @@ def test_the_specforge_side_keeps_no_drafter_of_ours(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ours alive: 0" in proc.stdout, proc.stdout
+
+
+def test_profile_step_runs_each_side_and_classifies_its_kernels(tmp_path):
+    """bench/profile_step.py on CPU (tiny shapes): every side and A/B variant runs in its own
+    child and records step time and its profile; on CUDA the same code classifies kernels."""
+    import profile_step
+
+    out = tmp_path / "profile.json"
+    sides = "ours_mid,ours_mid_eager_merge,ours_mid_eager_add"
+    args = ["--device", "cpu", "--seq", "128", "--sides", sides, "--warmup", "1"]
+    args += ["--timed", "1", "--profiled", "1", "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench/profile_step.py"), *args],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rec = json.loads(out.read_text())["sides"]
+    assert list(rec) == sides.split(",")
+    for side, r in rec.items():
+        assert r["side"] == side and r["step_s"] > 0 and r["tokens_per_s"] > 0, r
+        assert r["profiled_wall_ms_per_step"] > 0
+    assert profile_step.classify("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT") == "gemm"
+    assert profile_step.classify("triton_tem_fused_flex_attention_backward_1") == "attention"
+    assert profile_step.classify("multi_tensor_apply_kernel<FusedOptimizer") == "optimizer"
+    assert profile_step.classify("triton_poi_fused_add_0") == "triton_fused"

@@ -12,6 +12,7 @@ from test_drafter_skip_rows import chat_batch, vocab
 from remote_agent.eagle3.distributed import Dist
 from remote_agent.eagle3.drafter.config import TrainSection
 from remote_agent.eagle3.drafter.loss import soft_ce, soft_ce_reference
+from remote_agent.eagle3.drafter.parallel import wrap
 from remote_agent.eagle3.drafter.train import compile_layer
 from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep, forward_backward
 
@@ -19,11 +20,12 @@ from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep, forward_b
 def run(
     arch: str, backend: str, skip: bool, checkpoint: bool, recompute: bool,
     cast: bool = False, elementwise: bool = False, bf16: bool = False, hook=None,
-    compile_loss: bool = False, compiled: bool = False,
+    compile_loss: bool = False, compiled: bool = False, dist: Dist | None = None,
 ):  # fmt: skip
     """One trainer step; bf16: under CPU bf16 autocast without its cast cache (a cast per use,
     as the compiled GPU step does), the fp32 masters and aux as the trainer keeps them.
-    compiled: the layer and norm compiled as the trainer compiles them on CUDA."""
+    compiled: the layer and norm compiled as the trainer compiles them on CUDA. dist: several
+    ranks (DDP-wrapped, each its own batch)."""
     torch.manual_seed(0)
     drafter = model_drafter(arch, draft_vocab=60)
     lm_head, t2d = vocab()
@@ -38,8 +40,9 @@ def run(
     if compiled:
         compile_layer(drafter, checkpointed=checkpoint)
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16, cache_enabled=False)
+    dist = dist or Dist()
     ctx = StepContext(
-        module,
+        wrap(module, dist, "ddp", bf16),
         lm_head.to(torch.bfloat16) if bf16 else lm_head,
         drafter.draft_ids(),
         drafter.t2d,
@@ -49,10 +52,10 @@ def run(
         backend,
         autocast,
         bf16,
-        Dist(),
+        dist,
         tc,
     )
-    b = chat_batch()
+    b = chat_batch(seed=dist.rank)
     if bf16:
         b.aux, b.final = b.aux.to(torch.bfloat16), b.final.to(torch.bfloat16)
     if hook is None:
@@ -374,3 +377,39 @@ def test_the_exact_memory_options_are_the_defaults():
         resolved_options(TrainSection(parallel="fsdp", cast_weights_once=True), 2, "cuda")
     assert resolved_options(TrainSection(cast_weights_once=False), 1, "cuda") == (False, True)
     assert resolved_options(TrainSection(compile=False), 1, "cuda") == (True, False)
+
+
+def _ddp_rank(rank: int, world: int, init: str, out: str) -> None:
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        d = Dist(rank, world, 0, torch.device("cpu"))
+        got = {}
+        for cast in (False, True):
+            _, grads = run("llama", "chunked", True, False, False, cast, True, bf16=True, dist=d)
+            got[cast] = grads
+        torch.save(got, f"{out}/rank{rank}.pt")
+    finally:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def test_shared_cast_gradients_reach_ddp_reduction(tmp_path):
+    """cast_weights_once under DDP (2 gloo ranks, bf16 autocast, each rank its own batch): the
+    summed gradient reaches each master once, through its AccumulateGrad, so DDP's reducer
+    averages it: every rank ends with the same gradients, bit for bit those of the per-use
+    casts of autocast."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(_ddp_rank, args=(2, f"file://{tmp_path}/init", str(tmp_path)), nprocs=2, join=True)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    for got in ranks:
+        assert got[True].keys() == got[False].keys() and len(got[True]) > 5
+        for name, g in got[False].items():
+            torch.testing.assert_close(got[True][name], g, rtol=0, atol=0, msg=name)
+    _, solo = run("llama", "chunked", True, False, False, True, True, bf16=True)
+    for name, g in ranks[0][True].items():
+        torch.testing.assert_close(ranks[1][True][name], g, rtol=0, atol=0, msg=name)
+        assert not torch.equal(g, solo[name]), name  # averaged with the other rank's batch
