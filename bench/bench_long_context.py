@@ -94,7 +94,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import gpu_gate  # noqa: E402
 import long_context_trials as trials  # noqa: E402
-from machine_info import describe, save_result  # noqa: E402
+from machine_info import describe, portable, save_result  # noqa: E402
 
 K = 1024
 # expected peak GiB of each 4K child (measured 2026-12-01/02: ours 47.4, lean 27.8, SpecForge
@@ -644,11 +644,8 @@ def main(argv: list[str] | None = None) -> int:
             if report.get(key) == {"cut": PENDING}:
                 report[key] = {"cut": "not reached in the budget"}
         run.save()
-    print(
-        json.dumps(
-            {k: v for k, v in report.items() if k != "max_seq_detail"}, indent=1, default=str
-        )[:6000]
-    )
+    shown = {k: v for k, v in report.items() if k != "max_seq_detail"}
+    print(json.dumps(portable(shown), indent=1, default=str)[:6000])
     print_summary(report)
     return 0
 

@@ -63,20 +63,18 @@ def disk_write_gbps(root: Path, nbytes: int = 1 << 30) -> float:
     return max(1, nbytes >> 20) * (1 << 20) / seconds / 1e9
 
 
-def _portable(value: Any) -> Any:
-    """Paths under the checkout become repo-relative and the home directory `~`, so a result
-    names no particular machine's layout."""
+def portable(value: Any) -> Any:
+    """Paths under the checkout become repo-relative and the home directory `~`, also inside
+    messages (a child's traceback), so a result or log names no particular machine's layout."""
     if isinstance(value, dict):
-        return {k: _portable(v) for k, v in value.items()}
+        return {k: portable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_portable(v) for v in value]
+        return [portable(v) for v in value]
     if isinstance(value, str):
         repo = str(Path(__file__).resolve().parents[1])
         if value == repo:
             return "."
-        for root, label in ((repo + "/", ""), (str(Path.home()) + "/", "~/")):
-            if value.startswith(root):
-                return label + value[len(root) :]
+        return value.replace(repo + "/", "").replace(str(Path.home()) + "/", "~/")
     return value
 
 
@@ -84,4 +82,4 @@ def save_result(path: Path, result: dict[str, Any]) -> None:
     """Every benchmark's JSON result, written the same way."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_portable(result), indent=1, default=str) + "\n")
+    path.write_text(json.dumps(portable(result), indent=1, default=str) + "\n")

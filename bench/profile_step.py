@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from machine_info import describe, save_result  # noqa: E402
+from machine_info import describe, portable, save_result  # noqa: E402
 
 CLASSES = [  # first match wins
     ("optimizer", r"adam|multi_tensor|foreach"),
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         rec = json.loads(rec_path.read_text()) if rec_path.exists() else {"rc": rc, "tail": tail}
         rec["child_s"] = round(time.time() - t, 1)
         out["sides"][side] = rec
-        print(json.dumps({side: rec}, indent=1), flush=True)
+        print(json.dumps(portable({side: rec}), indent=1), flush=True)
     save_result(Path(args.out), out)
     return 0
 

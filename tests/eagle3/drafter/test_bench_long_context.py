@@ -144,3 +144,25 @@ def test_profile_step_runs_each_side_and_classifies_its_kernels(tmp_path):
     assert profile_step.classify("triton_tem_fused_flex_attention_backward_1") == "attention"
     assert profile_step.classify("multi_tensor_apply_kernel<FusedOptimizer") == "optimizer"
     assert profile_step.classify("triton_poi_fused_add_0") == "triton_fused"
+
+
+def test_results_and_logs_name_no_machine_layout():
+    """machine_info.portable: checkout paths become repo-relative and the home `~`, also inside
+    a message such as a child's traceback; other strings are left alone."""
+    from pathlib import Path
+
+    from machine_info import portable
+
+    home = str(Path.home())
+    got = portable(
+        {
+            "wheel": f"{REPO}/.whl/x.whl",
+            "tail": f'File "{REPO}/bench/profile_step.py", line 1\n  in {home}/.cache/y',
+            "list": [str(REPO), "/tmp/bench-long-context-1", 3],
+        }
+    )
+    assert got == {
+        "wheel": ".whl/x.whl",
+        "tail": 'File "bench/profile_step.py", line 1\n  in ~/.cache/y',
+        "list": [".", "/tmp/bench-long-context-1", 3],
+    }
