@@ -42,9 +42,10 @@ def test_probes_follow_the_memory_fit():
 
 def test_the_gate_pauses_every_other_worker(tmp_path):
     ticks = tmp_path / "ticks"
-    loop = (
-        f"import time, pathlib\np = pathlib.Path({str(ticks)!r})\ni = 0\n"
-        "while True:\n    i += 1\n    p.write_text(str(i))\n    time.sleep(0.01)\n"
+    loop = (  # each tick replaces the file whole: a read never meets a truncated one
+        f"import time, pathlib\np = pathlib.Path({str(ticks)!r})\nt = p.with_suffix('.tmp')\n"
+        "i = 0\nwhile True:\n    i += 1\n    t.write_text(str(i))\n    t.replace(p)\n"
+        "    time.sleep(0.01)\n"
     )
     child = subprocess.Popen([sys.executable, "-c", loop], start_new_session=True)
     try:
