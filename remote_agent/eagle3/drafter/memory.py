@@ -29,8 +29,6 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 from torch import nn
 
-_ADD: dict[str, object] = {}
-
 
 def add_into(total: torch.Tensor, grad: torch.Tensor) -> None:
     """total += grad (fp32 += bf16) in place. On CUDA one compiled kernel with vectorised
@@ -39,11 +37,15 @@ def add_into(total: torch.Tensor, grad: torch.Tensor) -> None:
     bench/results/profile-4k/2026-12-02b-compiled-merge.json). Elementwise, each element
     rounded once: the same values."""
     if not total.is_cuda:
-        total.add_(grad)
+        _add(total, grad)
         return
-    if "fn" not in _ADD:
-        _ADD["fn"] = torch.compile(lambda t, g: t.add_(g), dynamic=True)
-    _ADD["fn"](total, grad)  # type: ignore[operator]
+    from remote_agent.eagle3.drafter.compiled import compiled_once
+
+    compiled_once(_add, dynamic=True)(total, grad)
+
+
+def _add(total: torch.Tensor, grad: torch.Tensor) -> None:
+    total.add_(grad)
 
 
 class GradSum:

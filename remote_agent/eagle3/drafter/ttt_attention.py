@@ -149,27 +149,21 @@ def merge_stacked(o0, lse0, q, kst, vst, scale: float) -> torch.Tensor:
     return (num / (w0 + w.sum(-1)).unsqueeze(-1)).to(q.dtype)
 
 
-_MERGE = None
-
-
 def _merge_fn(compiled: bool):
-    """merge_diagonal, or the same with merge_stacked torch.compile'd (one per process). One
-    graph for every number of earlier steps, length and row count (dynamic from the start, so
-    under per-step checkpointing the recompute meets the forward's graph: train.compile_layer);
-    the stack itself stays outside it (its backward is views)."""
-    global _MERGE
-    if not compiled:
-        return merge_diagonal
-    if _MERGE is None:
-        stacked = torch.compile(merge_stacked, dynamic=True)
+    """merge_diagonal, or the same with merge_stacked torch.compile'd (_merge_compiled)."""
+    return _merge_compiled if compiled else merge_diagonal
 
-        def merge(o0, lse0, q, ks, vs, scale: float) -> torch.Tensor:
-            if not ks:
-                return o0
-            return stacked(o0, lse0, q, torch.stack(ks, dim=3), torch.stack(vs, dim=3), scale)
 
-        _MERGE = merge
-    return _MERGE
+def _merge_compiled(o0, lse0, q, ks, vs, scale: float) -> torch.Tensor:
+    """merge_diagonal through one compiled graph for every number of earlier steps, length and
+    row count (dynamic from the start, so under per-step checkpointing the recompute meets the
+    forward's graph: train.compile_layer); the stack stays outside it (its backward is views)."""
+    from remote_agent.eagle3.drafter.compiled import compiled_once
+
+    if not ks:
+        return o0
+    stacked = compiled_once(merge_stacked, dynamic=True)
+    return stacked(o0, lse0, q, torch.stack(ks, dim=3), torch.stack(vs, dim=3), scale)
 
 
 def _mask(doc: torch.Tensor, qpos: torch.Tensor, k_hi: int) -> torch.Tensor:
@@ -215,23 +209,15 @@ def _chunked_causal(q, k, v, doc, rows, scale, block):
 
 # -- flex attention --------------------------------------------------------------------------
 
-_FLEX = None
-
 
 def _flex_fn(compiled: bool = True):
-    """flex_attention compiled once per process (eager flex materialises the full scores)."""
-    global _FLEX
+    """flex_attention compiled once per process, static shapes: one compile per sequence length
+    (eager flex materialises the full scores)."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    if not compiled:
-        return flex_attention
-    if _FLEX is None:
-        # one compile per sequence length: long samples alone bring a few more (data.LONG_PAD)
-        # than dynamo's default limit of 8 allows before it falls back to eager (dense) flex
-        cfg = torch._dynamo.config
-        cfg.recompile_limit = max(cfg.recompile_limit, 64)
-        _FLEX = torch.compile(flex_attention, dynamic=False)
-    return _FLEX
+    from remote_agent.eagle3.drafter.compiled import compiled_once
+
+    return compiled_once(flex_attention, dynamic=False) if compiled else flex_attention
 
 
 def _flex_block_mask(doc: torch.Tensor, rows: torch.Tensor | None, compile_mask: bool = False):
