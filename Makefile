@@ -1,11 +1,19 @@
 # Two commands do all set-up on a fresh machine (see README.md):
 #   make demo   run the demo runbook headless on the embedded default (local, CPU)
 #   make test   run the test suite (installs sshd/tmux from Debian packages when root)
+# and for the edit loop:
+#   make test-fast   the suite less the `slow` tier, attack loops at EAGLE_TUI_TRIALS=0.25
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: setup demo tui test lint system-deps
+# the suite in parallel, one worker per core, idle workers steal queued tests (tests/tiers.py,
+# docs/ARCHITECTURE.md "Test tiers"); `make test WORKERS=1` runs it in one process
+WORKERS ?= auto
+PYTEST := $(VENV)/bin/pytest -q -n $(WORKERS) --dist worksteal
+FAST_TRIALS ?= 0.25
+
+.PHONY: setup demo tui test test-fast lint system-deps
 
 setup: $(STAMP)
 
@@ -30,7 +38,10 @@ system-deps:
 test: setup system-deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pyright
-	$(VENV)/bin/pytest -q
+	$(PYTEST) --durations=25
+
+test-fast: setup
+	EAGLE_TUI_TRIALS=$(FAST_TRIALS) $(PYTEST) -m 'not gpu and not slow' --durations=10
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -1,16 +1,22 @@
-"""Shared fixtures: tiny real models and the real sglang 0.5.23 wheel, both cached on disk."""
+"""Shared fixtures: tiny real models and the real sglang 0.5.23 wheel, both cached on disk.
+Also the suite's tiers (markers given centrally: `attack`, `slow`), the per-worker isolation for
+pytest-xdist and the attack tally's summary (summed over xdist workers)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from tests.faults.tally import TALLY, trials_scale, write_if_asked
 from tests.ssh.sshd import have_sshd
 from tests.support.paths import REPO
+from tests.tiers import attack_item, slow_item
 
 CACHE = Path(os.environ.get("EAGLE3_TEST_CACHE", REPO / ".cache"))
 os.environ.setdefault("EAGLE3_CACHE", str(CACHE / "eagle3"))
@@ -33,9 +39,16 @@ SGLANG_VERSIONS = ("0.5.14", "0.5.23")  # every release with a hash-table entry
 def download_sglang_wheel(version: str) -> Path:
     """The real sglang wheel of `version` from PyPI (downloaded once, cached in .cache/wheels)."""
     dest = CACHE / "wheels"
+    dest.mkdir(parents=True, exist_ok=True)
+    # one downloader at a time (xdist workers share the cache): a half-written wheel is never seen
+    with open(dest / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _download_locked(dest, version)
+
+
+def _download_locked(dest: Path, version: str) -> Path:
     found = sorted(dest.glob(f"sglang-{version}-*.whl"))
     if not found:
-        dest.mkdir(parents=True, exist_ok=True)
         subprocess.run(
             [
                 sys.executable,
@@ -66,11 +79,56 @@ def sglang_release(request) -> tuple[str, Path]:
     return request.param, download_sglang_wheel(request.param)
 
 
-# one place for the sshd skip: a test marked `sshd` runs only where OpenSSH is installed
 def pytest_collection_modifyitems(config, items):
-    if have_sshd():
-        return
-    skip = pytest.mark.skip(reason="OpenSSH sshd/ssh-keygen not installed (.ci/system-deps)")
+    """The tiers, given here so test files need no marks of their own (tests/tiers.py says
+    which are `attack` and `slow`), and the one place for the sshd skip: a test marked `sshd`
+    runs only where OpenSSH is installed."""
+    no_sshd = None
+    if not have_sshd():
+        no_sshd = pytest.mark.skip(reason="OpenSSH sshd/ssh-keygen not installed (.ci/system-deps)")
     for item in items:
-        if "sshd" in item.keywords:
-            item.add_marker(skip)
+        if attack_item(item):
+            item.add_marker(pytest.mark.attack)
+        if slow_item(item.nodeid):
+            item.add_marker(pytest.mark.slow)
+        if no_sshd is not None and "sshd" in item.keywords:
+            item.add_marker(no_sshd)
+
+
+def _xdist_controller(config) -> bool:
+    return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+
+
+def pytest_configure(config) -> None:
+    """Each test process (the one of a plain run, or each xdist worker) its own fallback state
+    dir and spool: a test that sets neither never meets another worker's runs."""
+    if _xdist_controller(config):
+        return  # the workers it starts pick their own
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    root = Path(tempfile.mkdtemp(prefix=f"eagle-tui-tests-{worker}-"))
+    os.environ.setdefault("EAGLE_TUI_STATE_DIR", str(root / "state"))
+    os.environ.setdefault("EAGLE_TUI_SPOOL", str(root / "spool"))
+
+
+# The attack tally: a worker hands its rows to the controller, which sums them and prints.
+def pytest_sessionfinish(session, exitstatus) -> None:  # noqa: ARG001
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["attack_tally"] = TALLY.rows()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:  # noqa: ARG001
+    TALLY.merge([tuple(r) for r in getattr(node, "workeroutput", {}).get("attack_tally", [])])
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001
+    if hasattr(config, "workerinput"):
+        return
+    table = TALLY.table()
+    if table:
+        scale = trials_scale()
+        knob = "" if scale == 1 else f", EAGLE_TUI_TRIALS={scale:g}"
+        terminalreporter.section(f"attack tally (class, trials, promise held{knob})")
+        terminalreporter.write_line(table)
+    write_if_asked()

@@ -1,20 +1,13 @@
-"""Fault-injection suite: attacks on the safety promises, each trial counted in the tally."""
+"""Fault-injection suite: attacks on the safety promises, each trial counted in the tally
+(tests/conftest.py prints it, summed over xdist workers)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.faults.tally import TALLY, Tally, write_if_asked
+from tests.faults.tally import TALLY, Tally
 
 
 @pytest.fixture
 def tally() -> Tally:
     return TALLY
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001
-    table = TALLY.table()
-    if table:
-        terminalreporter.section("attack tally (class, trials, promise held)")
-        terminalreporter.write_line(table)
-    write_if_asked()
