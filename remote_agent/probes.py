@@ -578,6 +578,7 @@ def check_removal_target(f: Fields) -> Result:
     return True, observed, f"{f.str('path')!r} deletes {observed['target']}: {size}"
 
 
+# one function per name of check_vocabulary.BOX_CHECKS (tests/runbook/test_check_vocabulary.py)
 CHECKS: dict[str, Callable[[Fields], Result]] = {
     "path_exists": check_path_exists,
     "path_absent": check_path_absent,

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from remote_agent.check_vocabulary import RUNBOOK_CHECKS
 from runbook.units import parse_duration, parse_size
 
 Size = Annotated[int, BeforeValidator(parse_size)]
@@ -204,19 +205,7 @@ Check = Annotated[
     | GpuIdle,
     Field(discriminator="check"),
 ]
-CHECK_TYPES = (
-    "path_exists",
-    "path_absent",
-    "sha256",
-    "disk_free",
-    "dir_size",
-    "jsonl_records",
-    "manifest",
-    "step_succeeded",
-    "command",
-    "http_ok",
-    "gpu_idle",
-)
+CHECK_TYPES = RUNBOOK_CHECKS  # the one definition: remote_agent/check_vocabulary.py
 
 
 # ---------------------------------------------------------------- steps
