@@ -333,7 +333,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for col in ("run", "runbook", "started (UTC)", "status", "running steps"):
         table.add_column(col, overflow="fold")  # ids are never cut, even when piped
     for run in runs:
-        started = datetime.datetime.fromtimestamp(run.created_at, datetime.UTC)
+        started = datetime.datetime.fromtimestamp(run.created_at, datetime.timezone.utc)
         live = [sid for sid, r in run.steps.items() if r.status == RUNNING]
         table.add_row(
             Text(run.run_id),
@@ -436,7 +436,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="eagle-tui", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="eagle-tui", description=(__doc__ or "eagle-tui").splitlines()[0]
+    )
     parser.add_argument("--version", action="version", version=f"eagle-tui {__version__}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(

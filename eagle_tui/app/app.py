@@ -135,10 +135,8 @@ class CockpitApp(App[int]):
     @on(msg.NoticeArrived)
     def _notice(self, m: msg.NoticeArrived) -> None:
         ev = m.event
-        self.notify(
-            ev.message,
-            severity={"warning": "warning", "error": "error"}.get(ev.level, "information"),
-        )
+        levels: dict[str, SeverityLevel] = {"warning": "warning", "error": "error"}
+        self.notify(ev.message, severity=levels.get(ev.level, "information"))
 
     @on(msg.RunFinished)
     def _run_finished(self, m: msg.RunFinished) -> None:

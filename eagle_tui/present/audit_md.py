@@ -8,7 +8,7 @@ artifacts' hashes, and what changed when the run was resumed."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from eagle_tui.present import guards as guard_view
@@ -48,7 +48,7 @@ def who(rec: RecordT) -> str:
     return f"{w.get('user')}@{w.get('host')}"
 
 
-def final_states(records: list[RecordT]) -> dict[str, RecordT]:
+def final_states(records: Sequence[RecordT]) -> dict[str, RecordT]:
     """Each step's last end-state record (a step re-run after a failure shows its last end)."""
     last: dict[str, RecordT] = {}
     for r in records:
@@ -65,7 +65,7 @@ def why_text(rec: RecordT) -> str:
     return " · ".join(str(x) for x in (rec.get("reason"), rec.get("message")) if x)
 
 
-def header(records: list[RecordT], verify_result: VerifyResult | None) -> list[str]:
+def header(records: Sequence[RecordT], verify_result: VerifyResult | None) -> list[str]:
     first = records[0]
     lines = [f"# Audit log of run `{first.get('run_id')}`", ""]
     start = next((r for r in records if r.get("event") == "run.started"), None)
@@ -84,14 +84,17 @@ def header(records: list[RecordT], verify_result: VerifyResult | None) -> list[s
     return lines
 
 
-def outcome(records: list[RecordT], last: dict[str, RecordT]) -> list[str]:
+def outcome(records: Sequence[RecordT], last: dict[str, RecordT]) -> list[str]:
     fin = next((r for r in reversed(records) if r.get("event") == "run.finished"), None)
     lines = ["", "## Outcome", ""]
     if fin is None:
         lines.append("- not finished: no `run.finished` record (the run is going, or was stopped)")
     else:
         code = fin.get("exit_code")
-        lines.append(f"- exit {code}: {EXIT_MEANING.get(code, 'see the steps')}")
+        meaning = (
+            EXIT_MEANING.get(code, "see the steps") if isinstance(code, int) else "see the steps"
+        )
+        lines.append(f"- exit {code}: {meaning}")
         lines.append(
             f"- last ended: {fin.get('ts')}"
             + ("; the run is finished" if fin.get("finished") else "; the run can be resumed")
@@ -153,7 +156,7 @@ def _duration(r: RecordT) -> str:
     return "" if d is None else format_duration(float(d))
 
 
-def confirmations(records: list[RecordT]) -> list[str]:
+def confirmations(records: Sequence[RecordT]) -> list[str]:
     given = [r for r in records if r.get("event") == "step.confirmed"]
     declined = [
         r
@@ -176,7 +179,7 @@ def confirmations(records: list[RecordT]) -> list[str]:
     return lines
 
 
-def earlier_blocks(records: list[RecordT], last: dict[str, RecordT]) -> list[str]:
+def earlier_blocks(records: Sequence[RecordT], last: dict[str, RecordT]) -> list[str]:
     """Blocks a step got past later (its final state is listed above): when, why, what then.
     Declined confirmations have their own table."""
     rows = [
@@ -238,7 +241,7 @@ def vars_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[s
     return [(k, _shown(old, k), _shown(new, k)) for k in keys if old.get(k) != new.get(k)]
 
 
-def resumes(records: list[RecordT]) -> list[str]:
+def resumes(records: Sequence[RecordT]) -> list[str]:
     """Each resume: who, when, and which variables changed (old -> new), or the runbook."""
     lines: list[str] = []
     prev: RecordT | None = None
@@ -266,7 +269,7 @@ def resumes(records: list[RecordT]) -> list[str]:
     return lines
 
 
-def export_markdown(records: list[RecordT], verify_result: VerifyResult | None = None) -> str:
+def export_markdown(records: Sequence[RecordT], verify_result: VerifyResult | None = None) -> str:
     if not records:
         return "# Audit log\n\n(empty)\n"
     last = final_states(records)
