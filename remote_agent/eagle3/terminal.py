@@ -100,7 +100,7 @@ class RichView:
     def progress(self, r: dict[str, Any]) -> None:
         stage = str(r.get("stage", ""))
         rate = f"{number(r['rate'])}/s" if r.get("rate") else ""
-        fields = {"unit": str(r.get("unit", "")), "rate": rate}
+        fields: dict[str, Any] = {"unit": str(r.get("unit", "")), "rate": rate}
         if stage not in self.tasks:
             self.tasks[stage] = self.bars.add_task(stage, total=r.get("total"), **fields)
         self.bars.update(

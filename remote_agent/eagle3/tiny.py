@@ -158,7 +158,8 @@ def deepseek_config(preset: TinyPreset, vocab_size: int, eos_token_id: int, pad_
         qk_nope_head_dim=preset.qk_nope_head_dim,
         v_head_dim=preset.v_head_dim,
         max_position_embeddings=preset.max_position_embeddings,
-        rope_scaling=dict(preset.rope_scaling) if preset.rope_scaling else None,
+        # the legacy keyword, still taken (as rope_parameters) though no longer in the signature
+        rope_scaling=dict(preset.rope_scaling) if preset.rope_scaling else None,  # pyright: ignore[reportCallIssue]
         rms_norm_eps=1e-5,
         bos_token_id=0,
         eos_token_id=eos_token_id,

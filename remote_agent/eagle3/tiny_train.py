@@ -51,7 +51,9 @@ def train_target(
 
     torch.manual_seed(seed)
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).to(device)
+    # Any: transformers' stubs type the loaded model's .to() as unbound (pyright reads it so)
+    model: Any = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    model = model.to(device)
     model.train()
     stream = torch.tensor(_token_stream(tok, conversations, stdlib_corpus(corpus_bytes), seed))
     n_windows = (len(stream) - 1) // seq_len
@@ -113,7 +115,8 @@ def regenerate(
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     tok.padding_side = "left"
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).to(device).eval()
+    model: Any = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)  # as above
+    model = model.to(device).eval()
     torch.manual_seed(seed)
     progress = Progress("regenerate", len(prompts), "samples")
     n_tokens = 0

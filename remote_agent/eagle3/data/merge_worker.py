@@ -72,7 +72,7 @@ def scan(task: tuple[int, str, str, Chunk]) -> tuple[int, list[Meta], int]:
         rec = parse_raw(raw, path, lineno, opts.vocab, default_source=name)
         digest = hashlib.sha256(rec.ids_text).digest()[:16]  # sha256 is hardware-accelerated
         truncated = max_len is not None and rec.n_tokens > max_len
-        if truncated:
+        if max_len is not None and truncated:
             rec = rec.truncated(max_len)
         if rec.n_trainable == 0:
             metas.append((lineno, digest, None, 0, truncated))

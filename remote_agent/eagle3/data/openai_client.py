@@ -160,7 +160,8 @@ def _parse_completion(data: bytes) -> Completion:
     reasoning = msg.get("reasoning_content") or msg.get("reasoning")  # SGLang / OpenRouter names
     if not isinstance(content, str) or (reasoning is not None and not isinstance(reasoning, str)):
         raise ValueError("'content'/'reasoning_content' must be strings")
-    usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
+    usage = obj.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
     return Completion(content, reasoning or None, choice.get("finish_reason"), usage)
 
 

@@ -57,7 +57,7 @@ class Record:
 def parse_record(
     line: str | bytes,
     path: object,
-    lineno: int,
+    lineno: int | None,
     vocab_size: int | None = None,
     default_source: str | None = None,
 ) -> Record:

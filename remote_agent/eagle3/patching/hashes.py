@@ -194,7 +194,7 @@ def check_target(
             version, source = hit[0].sglang, "hash"
     entry = table.entry(version) if version else None
     check = Check(str(target), "modified", version, source, sha)
-    if entry is None:
+    if entry is None or version is None:  # (an entry is found by a version)
         known = ", ".join(table.versions()) or "none"
         check.reason = (
             f"unknown sglang version {version!r}: the hash table has entries for {known} only; "

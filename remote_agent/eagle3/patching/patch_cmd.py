@@ -12,6 +12,7 @@ import errno
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from remote_agent.eagle3.errors import BadInput, Failed
 
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
         if args.out is None:
             raise BadInput("fetch-pristine needs --out FILE")
-        info = fetch_pristine(args.version or "0.5.23", args.out, args.wheel)
+        info: dict[str, Any] = fetch_pristine(args.version or "0.5.23", args.out, args.wheel)
         print(json.dumps(info) if args.json else f"wrote {info['out']} ({info['sha256']})")
         emit("result", ok=True, action="fetch-pristine", **info)
         return 0

@@ -110,7 +110,7 @@ def build_entry(version: str, wheel: Path, root: Path) -> tuple[dict, dict, byte
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "rehash").splitlines()[0])
     parser.add_argument("--version", default="0.5.23")
     parser.add_argument("--wheel", type=Path)
     args = parser.parse_args(argv)

@@ -60,7 +60,7 @@ def fetch_pristine(version: str, out: Path, wheel: Path | None = None) -> dict[s
     wheel = wheel or find_or_download_wheel(version)
     data, record_sha = read_from_wheel(wheel)
     sha = sha256_bytes(data)
-    if record_sha != sha:
+    if record_sha is None or record_sha != sha:
         raise Failed(
             f"{wheel}: {TARGET_RELPATH} sha256 {sha} disagrees with its RECORD {record_sha}"
         )

@@ -1,0 +1,178 @@
+"""No new import circle between product files (docs/ARCHITECTURE.md "Import rules").
+
+The graph: one node per file of runbook/, eagle_tui/, remote_agent/ (the ML payload included),
+one edge per import of another product file, lazy (in-function) imports included, imports under
+`if TYPE_CHECKING:` left out (they never run). `from pkg import name` is an edge to pkg/name.py
+when that file exists, else to pkg itself. A circle is a strongly connected component of more
+than one file. The circles found must be exactly KNOWN: a new one fails, and so does a fixed
+one still listed (remove it here and in docs/ARCHITECTURE.md "Known circles").
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.support.paths import REPO
+
+PACKAGES = ("runbook", "eagle_tui", "remote_agent")
+
+# each a set of repo-relative files; the reason for each is in docs/ARCHITECTURE.md
+KNOWN: list[frozenset[str]] = [
+    frozenset(  # the cockpit: launch and the runs screen reach back into the CLI (phase 2)
+        {
+            "eagle_tui/app/app.py",
+            "eagle_tui/app/launch.py",
+            "eagle_tui/app/screens/main.py",
+            "eagle_tui/app/screens/runs.py",
+            "eagle_tui/cli.py",
+        }
+    ),
+    frozenset(  # the dump reader asks the sharding module for a root's shards (lazy, both ways)
+        {"remote_agent/eagle3/dense.py", "remote_agent/eagle3/extraction/sharding.py"}
+    ),
+    frozenset(  # drafter: memory estimates and the TTT attention (sub-packages, phase 2)
+        {"remote_agent/eagle3/drafter/memory.py", "remote_agent/eagle3/drafter/ttt_attention.py"}
+    ),
+    frozenset(  # drafter: sequence parallel and its training step (sub-packages, phase 2)
+        {
+            "remote_agent/eagle3/drafter/seq_parallel.py",
+            "remote_agent/eagle3/drafter/seq_parallel_train.py",
+        }
+    ),
+]
+
+
+def module_files() -> dict[str, Path]:
+    """Dotted module name -> file, for every product module."""
+    out: dict[str, Path] = {}
+    for pkg in PACKAGES:
+        for p in sorted((REPO / pkg).rglob("*.py")):
+            parts = p.relative_to(REPO).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = p
+    return out
+
+
+def _type_checking_only(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def walk(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _type_checking_only(child.test):
+                for sub in child.orelse:
+                    walk(sub)
+                continue
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                found.append(child)
+            walk(child)
+
+    walk(tree)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Repo-relative file -> the product files it imports."""
+    files = module_files()
+    rel = {m: str(p.relative_to(REPO)) for m, p in files.items()}
+    graph: dict[str, set[str]] = {f: set() for f in rel.values()}
+    for mod, path in files.items():
+        is_pkg = path.name == "__init__.py"
+        package = mod if is_pkg else mod.rpartition(".")[0]
+        me = rel[mod]
+        for node in _imports(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")
+                    up = up[: len(up) - (node.level - 1)]
+                    base = ".".join([*up, base] if base else up)
+                targets = [
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in rel else base for a in node.names
+                ]
+            for t in targets:
+                while t and t not in rel:  # `import a.b.c` of a name inside a module
+                    t = t.rpartition(".")[0]
+                if t and rel[t] != me:
+                    graph[me].add(rel[t])
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The strongly connected components of more than one node (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[frozenset[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, it = work[-1]
+            nxt = next(it, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = set()
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.add(w)
+                    if w == node:
+                        break
+                if len(comp) > 1:
+                    out.append(frozenset(comp))
+    return out
+
+
+def _show(cs: list[frozenset[str]]) -> str:
+    return "\n".join("  " + ", ".join(sorted(c)) for c in sorted(cs, key=sorted))
+
+
+def test_the_graph_sees_the_product() -> None:
+    graph = import_graph()
+    assert len(graph) > 150
+    # spot checks that resolution works: absolute, `from pkg import module`, relative
+    assert "runbook/schema.py" in graph["runbook/loader.py"]
+    assert "remote_agent/check_vocabulary.py" in graph["runbook/schema.py"]
+    assert any(t.startswith("runbook/") for t in graph["eagle_tui/cli.py"])
+
+
+def test_the_circle_finder_finds_circles() -> None:
+    g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
+    assert circles(g) == [frozenset({"a", "b", "c"})]
+
+
+def test_no_import_circle_but_the_known_ones() -> None:
+    found = circles(import_graph())
+    new = [c for c in found if c not in KNOWN]
+    gone = [c for c in KNOWN if c not in found]
+    assert not new, f"new import circle(s): break them, or list them in KNOWN:\n{_show(new)}"
+    assert not gone, f"fixed circle(s) still listed in KNOWN (remove them):\n{_show(gone)}"
