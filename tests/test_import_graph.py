@@ -11,6 +11,7 @@ one still listed (remove it here and in docs/ARCHITECTURE.md "Known circles").
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 from tests.support.paths import REPO
@@ -78,6 +79,7 @@ def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
     """Repo-relative file -> the product files it imports."""
     files = module_files()
@@ -176,3 +178,15 @@ def test_no_import_circle_but_the_known_ones() -> None:
     gone = [c for c in KNOWN if c not in found]
     assert not new, f"new import circle(s): break them, or list them in KNOWN:\n{_show(new)}"
     assert not gone, f"fixed circle(s) still listed in KNOWN (remove them):\n{_show(gone)}"
+
+
+def test_no_import_runs_back_up_the_stack() -> None:
+    """eagle_tui -> runbook -> remote_agent: nothing imports a room above its own."""
+    above = {"remote_agent": ("runbook/", "eagle_tui/"), "runbook": ("eagle_tui/",)}
+    up = [
+        f"{a} -> {t}"
+        for a, targets in import_graph().items()
+        for t in sorted(targets)
+        if t.startswith(above.get(a.split("/")[0], ()))
+    ]
+    assert not up, "imports running back up the stack:\n" + "\n".join(up)
