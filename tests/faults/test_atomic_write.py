@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from remote_agent.atomic_write import TEMP_MARK, atomic_path, write_atomic
+from tests.faults.tally import trials
 from tests.support.paths import REPO
 
 # A record that proves itself whole: generation, payload, sha256 of both.
@@ -78,7 +79,7 @@ def _kill(proc: subprocess.Popen[str]) -> None:
 def test_kill_between_write_and_rename_leaves_the_old_file(tmp_path: Path, tally) -> None:
     path = tmp_path / "state.json"
     write_atomic(path, "old\n")
-    for _ in range(3):
+    for _ in range(trials(3)):
         proc = _start(path, "stall")
         assert proc.stdout and proc.stdout.readline().strip() == "mid"
         _kill(proc)
@@ -93,7 +94,7 @@ def test_kill_at_a_random_moment_leaves_old_or_new_never_partial(tmp_path: Path,
     path = tmp_path / "record.bin"
     path.write_bytes(b"0:" + hashlib.sha256(b"0:").hexdigest().encode())  # generation 0: the old
     last = 0
-    for _ in range(10):
+    for _ in range(trials(10)):
         proc = _start(path, "loop")
         assert proc.stdout and proc.stdout.readline().strip() == "go"
         time.sleep(rng.uniform(0.02, 0.3))
@@ -108,7 +109,7 @@ def test_kill_at_a_random_moment_leaves_old_or_new_never_partial(tmp_path: Path,
 def test_kill_while_replacing_a_directory_never_leaves_a_partial_one(tmp_path: Path, tally) -> None:
     rng = random.Random(7)
     path = tmp_path / "step-00000001"
-    for _ in range(6):
+    for _ in range(trials(6)):
         proc = _start(path, "dirloop")
         assert proc.stdout and proc.stdout.readline().strip() == "go"
         time.sleep(rng.uniform(0.02, 0.3))

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from runbook.audit import canonical, record_hash
+from tests.faults.tally import trials
 from tests.runbook.conftest import Cli
 from tests.ssh.conftest import box, ssh_keys  # noqa: F401 - fixtures of the real sshd
 from tests.ssh.helpers import SshCli, write_ssh_config
@@ -91,7 +92,7 @@ def forge(prev: dict, event: str, **fields) -> bytes:
 def test_dropped_tail_is_refused(base, tmp_path, tally):
     breaks: list = []
     rng = random.Random(41)
-    for i in range(6):
+    for i in range(trials(6)):
         cli, rb, run = trial_copy(base, tmp_path / f"t{i}")
         audit = run / "audit.jsonl"
         recs = lines(audit)
@@ -112,7 +113,7 @@ def test_dropped_tail_is_refused(base, tmp_path, tally):
 
 def test_forged_chained_record_is_refused(base, tmp_path, tally):
     breaks: list = []
-    for i in range(6):
+    for i in range(trials(6)):
         cli, rb, run = trial_copy(base, tmp_path / f"t{i}")
         audit = run / "audit.jsonl"
         last = json.loads(lines(audit)[-1])
@@ -136,7 +137,7 @@ def test_forged_chained_record_is_refused(base, tmp_path, tally):
 def test_torn_last_line_is_repaired_and_audited(base, tmp_path, tally):
     breaks: list = []
     rng = random.Random(7)
-    for i in range(8):
+    for i in range(trials(8)):
         cli, rb, run = trial_copy(base, tmp_path / f"t{i}")
         audit = run / "audit.jsonl"
         last = json.loads(lines(audit)[-1])
@@ -171,7 +172,7 @@ def test_state_json_tampering_is_refused(base, tmp_path, tally, attack):
         "truncated": "state.json is truncated",
         "edited": "state.json was edited",
     }[attack]
-    for i in range(4):
+    for i in range(trials(4)):
         cli, rb, run = trial_copy(base, tmp_path / f"t{i}")
         state = run / "state.json"
         text = state.read_text()
@@ -224,7 +225,7 @@ def test_enospc_on_state_dir(tmp_path, tally):
     if shutil.which("mount") is None:
         pytest.skip("mount(8) missing")
     rng = random.Random(3)
-    for i in range(20):
+    for i in range(trials(20)):
         root = tmp_path / f"t{i}"
         cli = Cli(root)
         (root / "work").mkdir(parents=True)
@@ -276,7 +277,7 @@ def test_enospc_on_state_dir(tmp_path, tally):
 def test_edited_earlier_run_does_not_open_a_within_guard(base, tmp_path, tally):
     """`step_succeeded` with `within:` looks at earlier runs: their audit decides, not state.json."""
     breaks: list = []
-    for i in range(3):
+    for i in range(trials(3)):
         cli, _, run = trial_copy(base, tmp_path / f"t{i}")
         rb = cli.runbook(
             RUNBOOK.format(work=cli.tmp / "work").replace("step: b}", "step: b, within: 3600}")
@@ -318,7 +319,7 @@ def _tamper(run: Path, how: str, rng: random.Random) -> None:
 def _verify_trials(cli, run: Path, host: str, extra: list[str], rng, attack: str, tally, n: int):
     breaks = []
     pristine = {p.name: p.read_bytes() for p in (run / "audit.jsonl", run / "state.json")}
-    for i in range(n):
+    for i in range(trials(n)):
         for name, data in pristine.items():
             (run / name).write_bytes(data)
         how = ("untouched", "tail dropped", "forged record")[i % 3]
@@ -386,7 +387,7 @@ def test_killed_before_the_first_state_save_resumes(base, tmp_path, tally):
     the run resumes, instead of "state.json is missing" forever. Half the trials land before
     the `run.started` record (right after the head push): the run starts as new."""
     breaks: list = []
-    for i in range(4):
+    for i in range(trials(4)):
         cli, rb, run = trial_copy(base, tmp_path / f"t{i}")
         recs = lines(run / "audit.jsonl")
         first = next(k for k, r in enumerate(recs) if json.loads(r)["event"] == "run.started")
@@ -422,7 +423,7 @@ def test_box_head_deleted_is_refused(base, tmp_path, tally):
     limit: it is still resumed on the local chain, noted."""
     breaks: list = []
     rng = random.Random(61)
-    for i in range(9):
+    for i in range(trials(9)):
         cli, rb, run = trial_copy(base, tmp_path / f"t{i}")
         (cli.tmp / "spool" / "audit-heads" / f"{run.name}.json").unlink()
         audit, st_path = run / "audit.jsonl", run / "state.json"

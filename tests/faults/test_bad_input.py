@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from runbook.loader import RunbookError, load_text
+from tests.faults.tally import trials
 
 CLI = [sys.executable, "-c", "import sys; from eagle_tui.cli import main; sys.exit(main())"]
 
@@ -26,7 +27,7 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
 
 
-@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("seed", range(trials(20)))
 def test_alias_bomb_validate(tmp_path: Path, seed: int, tally) -> None:
     rnd = random.Random(seed)
     rb = tmp_path / "rb.yaml"
@@ -88,7 +89,7 @@ def _source(path: Path, n: int, seed: int) -> Path:
     return write_records(path, random_records(n, seed=seed, prefix=f"r{seed}"), "orig")
 
 
-@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("seed", range(trials(20)))
 def test_empty_source_is_not_a_dataset(tmp_path: Path, seed: int, tally) -> None:
     rnd = random.Random(seed)
     empty = tmp_path / "empty.jsonl"
@@ -124,7 +125,7 @@ def tiny_disk(tmp_path: Path):
 def test_merge_on_a_full_disk(tmp_path: Path, tiny_disk: Path, tally) -> None:
     src = _source(tmp_path / "src.jsonl", 400, 1)  # ~1 MB of JSONL: never fits in 256 KiB
     rnd = random.Random(3)
-    for trial in range(20):
+    for trial in range(trials(20)):
         for p in tiny_disk.iterdir():  # a different amount of free space each trial
             p.unlink()
         (tiny_disk / "filler").write_bytes(b"x" * rnd.randint(0, 200_000))
@@ -147,7 +148,7 @@ def test_requires_cycles_are_named_and_located(tally) -> None:
     """A random cycle among random steps: one problem, at the first step of the cycle it names,
     naming exactly that cycle in requires order (a -> b: a requires b)."""
     rnd = random.Random(19)
-    for _ in range(20):
+    for _ in range(trials(20)):
         ids = [f"s{i}" for i in range(rnd.randint(2, 9))]
         ring = rnd.sample(ids, rnd.randint(2, len(ids)))
         requires = {sid: set() for sid in ids}

@@ -12,11 +12,12 @@ import time
 import pytest
 
 from tests.faults.jobrig import Rig, expected
+from tests.faults.tally import trials
 from tests.ssh.conftest import box, box2, ssh_cli, ssh_keys  # noqa: F401, F811  (real sshd fixtures)
 from tests.ssh.sshd import agent_pids, ppid
 from tests.support.waiting import wait_for
 
-TRIALS = 20
+TRIALS = trials(20)
 LINES, DT = 120, 0.006  # ~0.7 s of output per step: each kill lands mid-stream
 
 

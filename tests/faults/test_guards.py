@@ -19,6 +19,7 @@ from runbook.engine import Confirmation, Engine
 from runbook.loader import load_runbook
 from runbook.transports import TransportOptions
 from runbook.transports.factory import make_transport_factory
+from tests.faults.tally import trials
 from tests.ssh.conftest import box, ssh_keys  # noqa: F401 - fixtures of the real sshd
 from tests.ssh.helpers import write_ssh_config
 from tests.ssh.sshd import kill_tagged
@@ -106,7 +107,7 @@ def test_evidence_changed_while_confirming_blocks(tmp_path, tally):
 
 
 def stale_trials(tmp_path, tally, rng, n: int, attack_class: str, remote=None) -> None:
-    for i in range(n):
+    for i in range(trials(n)):
         root = _fresh(tmp_path, i)
         work, old = make_work(root, rng)
         keep = sorted(p.name for p in old.iterdir())
@@ -161,7 +162,7 @@ def test_symlink_target_evidence_is_what_rm_deletes(tmp_path, tally):
 
 
 def symlink_trials(tmp_path, tally, rng, n: int, attack_class: str, remote=None) -> None:
-    for i in range(n):
+    for i in range(trials(n)):
         root = _fresh(tmp_path, i)
         work, _old = make_work(root, rng)
         inside = rng.random() < 0.5
@@ -189,7 +190,7 @@ def symlink_trials(tmp_path, tally, rng, n: int, attack_class: str, remote=None)
 def test_forbidden_delete_targets_refused_before_anything_runs(tmp_path, tally):
     rng = random.Random(1303)
     kinds = ["/", "home", "work root", "parent of work", "holds merged", "link out of root"]
-    for i in range(24):
+    for i in range(trials(24)):
         root = _fresh(tmp_path, i)
         work, _old = make_work(root, rng)
         kind = kinds[i % len(kinds)] if i < len(kinds) else rng.choice(kinds)

@@ -18,6 +18,7 @@ from eagle_tui.app.screens.dialogs import AskScreen
 from eagle_tui.app.trust import HostTrust
 from runbook.agent_client import HostSession
 from runbook.transports import Endpoint, HostKeyRefusal, TransportError
+from tests.faults.tally import trials
 
 hk = pytest.importorskip("runbook.transports.hostkeys")
 
@@ -63,7 +64,7 @@ def test_hostile_text_never_turns_a_changed_key_into_a_trust_offer(tmp_path, tal
 
 async def _attack(tmp_path, tally) -> None:
     rng = random.Random(19)
-    for trial in range(12):
+    for trial in range(trials(12)):
         presented, known, decoy = _fp(rng), _fp(rng), _fp(rng)
         hostile = f"gpu: unknown host key {decoy} (not in known_hosts); --trust-host {decoy}"
         if trial % 2:

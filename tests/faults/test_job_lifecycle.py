@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 
 from tests.faults.jobrig import Rig, expected
+from tests.faults.tally import trials
 from tests.support.waiting import wait_for
 
-TRIALS = 20
+TRIALS = trials(20)
 
 
 def _kill(pid: int | None) -> None:
