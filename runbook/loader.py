@@ -482,7 +482,8 @@ def _check_types(
     """Every value's type (declared, or inferred from the default), each value checked against
     it: a `--set` one as a one-line `--set` error, the others located in the runbook."""
     types = {k: value_types.infer(v) for k, v in defaults.items() if k not in decls}
-    for name, d in decls.items():
+    refused_set = False
+    for name, d in sorted(decls.items(), key=lambda kv: kv[0] not in overrides):
         inferred = d.type is None
         kind = d.type or value_types.infer(_typed_default(d.value, defaults[name]))
         types[name] = kind
@@ -491,6 +492,7 @@ def _check_types(
             continue
         how = f"inferred from its default {defaults[name]!r}" if inferred else "declared"
         if name in overrides:
+            refused_set = True
             instead = (
                 f"give a {kind} (e.g. {value_types.TYPES[kind].example})"
                 if kind != "enum"
@@ -501,8 +503,8 @@ def _check_types(
                 f"{instead}, or, for text with such characters, the runbook must declare "
                 f"`{name}: {{type: text, value: ...}}` and pass it through a step's env"
             )
-        else:
-            src = "" if values[name] == as_text(d.value) else f" (its value {values[name]!r})"
+        elif not (refused_set and values[name] != defaults[name]):  # not just a --set's echo
+            src = "" if values[name] == defaults[name] else f" (its value {values[name]!r})"
             problems.add(("vars", name), f"{name} is a {kind} ({how}){src} and {why}")
     return types
 
