@@ -94,9 +94,11 @@ def main() -> None:
     global PLAIN
     PLAIN = args.plain
     trials = sweep.trials(args.seed, args.per_form)
-    with tempfile.TemporaryDirectory(prefix="values-measure-") as tmp:
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            results = list(pool.map(lambda kv: one(*kv[1], Path(tmp), kv[0]), enumerate(trials)))
+    with (
+        tempfile.TemporaryDirectory(prefix="values-measure-") as tmp,
+        ThreadPoolExecutor(max_workers=2) as pool,
+    ):
+        results = list(pool.map(lambda kv: one(*kv[1], Path(tmp), kv[0]), enumerate(trials)))
     out: dict = {"checkout": os.environ.get("PYTHONPATH", ""), "trials": len(results)}
     out["refused"] = sum(r["refused"] for r in results)
     for shell in SHELLS:
