@@ -104,10 +104,12 @@ def main() -> None:
     for shell in SHELLS:
         bad = [r for r in results if r["broke"].get(shell)]
         out[f"broke_{shell}"] = len(bad)
-        out[f"forms_broken_{shell}"] = len({(r["form"].kind, str(r["form"].run), r["form"].decl,
-                                             str(r["form"].env)) for r in bad})  # fmt: skip
+        shapes = {(r["form"].kind, str(r["form"].run), str(r["form"].env)) for r in bad}
+        out[f"shapes_broken_{shell}"] = len(shapes)  # a form under either declaration
+        out[f"broken_shapes_{shell}"] = sorted(f"{k}: {run} {env}" for k, run, env in shapes)
         out[f"broke_{shell}_by_class"] = dict(Counter(r["form"].attack for r in bad))
     out["forms"] = len(sweep.forms())
+    out["shapes"] = len({(f.kind, str(f.run), str(f.env)) for f in sweep.forms()})
     print(json.dumps(out, indent=2))
 
 
