@@ -98,7 +98,9 @@ def main() -> None:
         tempfile.TemporaryDirectory(prefix="values-measure-") as tmp,
         ThreadPoolExecutor(max_workers=2) as pool,
     ):
-        results = list(pool.map(lambda kv: one(*kv[1], Path(tmp), kv[0]), enumerate(trials)))
+        results = list(
+            pool.map(lambda kv: one(kv[1][0], kv[1][1], Path(tmp), kv[0]), enumerate(trials))
+        )
     out: dict = {"checkout": os.environ.get("PYTHONPATH", ""), "trials": len(results)}
     out["refused"] = sum(r["refused"] for r in results)
     for shell in SHELLS:
