@@ -107,8 +107,8 @@ def _context(path: tuple[str | int, ...]) -> str | None:
         return "a shell `run:` string"
     if len(path) >= 2 and path[-2] == "run" and isinstance(path[-1], int):
         return "a `run:` argv list"
-    if path[:1] == ("hosts",) and "vars" not in path:
-        return "a host's connection settings"
+    if path[:1] == ("hosts",) and "vars" not in path or path[-1:] == ("host",):
+        return "a host's connection settings"  # an ssh target, the box's python and spool
     return None
 
 

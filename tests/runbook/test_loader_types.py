@@ -166,3 +166,9 @@ def test_lint_warnings_are_located_not_refusals():
     loaded = load_text(text, "rb.yaml")
     (w,) = loaded.warnings
     assert w.startswith("rb.yaml:16:10: steps[0].run: warning: ${root} is in code"), w
+
+
+def test_text_cannot_name_a_host():
+    text = TYPED.replace("    env: {NOTE", "    host: ${note}\n    env: {NOTE")
+    (msg,) = problems(text)
+    assert "steps[0].host: ${note} is text" in msg and "connection settings" in msg, msg
