@@ -17,7 +17,7 @@ _EXACT = frozenset(
         "FPATH", "ZDOTDIR", "INPUTRC", "HISTFILE", "POSIXLY_CORRECT", "EXECIGNORE",
         # program lookup and the C library
         "PATH", "GCONV_PATH", "GLIBC_TUNABLES", "LOCPATH", "NLSPATH", "HOSTALIASES",
-        "RESOLV_HOST_CONF", "MALLOC_CHECK_", "TMPDIR",
+        "RESOLV_HOST_CONF",
         # interpreters that run or import code named here
         "PYTHONSTARTUP", "PYTHONPATH", "PYTHONHOME", "PYTHONINSPECT", "PYTHONUSERBASE",
         "PYTHONBREAKPOINT", "PYTHONWARNINGS", "PYTHONPLATLIBDIR", "PYTHONEXECUTABLE",
