@@ -172,3 +172,14 @@ def test_text_cannot_name_a_host():
     text = TYPED.replace("    env: {NOTE", "    host: ${note}\n    env: {NOTE")
     (msg,) = problems(text)
     assert "steps[0].host: ${note} is text" in msg and "connection settings" in msg, msg
+
+
+def test_every_shipped_runbook_loads_with_its_types():
+    from runbook.loader import load_runbook
+    from tests.support.paths import REPO
+
+    paths = sorted(REPO.glob("runbooks/*.yaml")) + sorted(REPO.glob("tests/**/*.yaml"))
+    assert len(paths) >= 8
+    for path in paths:
+        loaded = load_runbook(path)
+        assert "text" not in {loaded.types[k] for k in loaded.vars}, path
