@@ -107,6 +107,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for p in exc.problems:
             _err(p)
         return EXIT_INVALID
+    for warning in loaded.warnings:  # a lint (runbook/shell_code.py), not a refusal
+        _err(warning)
     rb = loaded.runbook
     guards = sum(len(s.preconditions) + len(s.postconditions) + len(s.skip_if) for s in rb.steps)
     destructive = [s.id for s in rb.steps if s.destructive]

@@ -10,10 +10,11 @@ work it is refused with the reason: inside single quotes, in arithmetic or `[[ ]
 evaluates a variable's value as an expression there), in double quotes after a `$(` or
 backtick the lexer cannot follow. A quoted heredoc body is literal: the value is inserted as
 text, and a value holding the terminator line is refused. A NUL byte is refused in any shell
-value (no environment can carry it). A value in text that another parser runs as code after
-the shell expanded it (`sh -c STRING`, `eval`, `ssh HOST CMD`, a heredoc into `bash`, ...) is
-refused with what to write instead (runbook/shell_code.py). `$${` writes a literal `${`; a lone `$` (e.g. `$HOME`)
-is left for the shell.
+value (no environment can carry it). Passing by reference keeps the job's own shell from
+parsing a value; what keeps a *nested* parser (`sh -c STRING`, `eval`, `ssh HOST CMD`) from
+reading one as code is its type: the loader splices only word-typed values, whose characters no
+parser reads as syntax (runbook/value_types.py). `$${` writes a literal `${`; a lone `$` (e.g.
+`$HOME`) is left for the shell.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from runbook.shell_code import refusal
 from runbook.shell_lex import Body, heredoc_bodies
 
 NAME = r"[A-Za-z_][A-Za-z0-9_.]*"
@@ -140,17 +140,13 @@ def _double_quoted(value: str) -> str:
     return "".join("\\" + c if c in '\\$`"' else c for c in value)
 
 
-def substitute_shell(
-    template: str, lookup: Callable[[str], str], env_values: bool = False
-) -> ShellText:
-    """Replace placeholders in a shell string; see the module docstring for each context.
-    `env_values`: the step's `env:` carries runbook values too (they can reach code that the
-    shell builds at run time, see runbook/shell_code.py)."""
-    named = [(m.start(), m.end(), m.group(1)) for m in _TOKEN.finditer(template) if m.group(1)]
-    if named or env_values:  # text another parser runs as code: no value may reach it
-        problem = refusal(template, named)
-        if problem is not None:
-            raise InterpolationError(problem)
+def placeholder_spans(template: str) -> list[tuple[int, int, str]]:
+    """(start, end, name) of each well-formed `${name}` in template."""
+    return [(m.start(), m.end(), m.group(1)) for m in _TOKEN.finditer(template) if m.group(1)]
+
+
+def substitute_shell(template: str, lookup: Callable[[str], str]) -> ShellText:
+    """Replace placeholders in a shell string; see the module docstring for each context."""
     bodies = heredoc_bodies(template)
     blanked = template
     for b in bodies:  # quotes inside a heredoc body are text, not shell quoting

@@ -10,24 +10,26 @@ import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any, get_args
 
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from runbook import fanout_expand
+from runbook import env_names, fanout_expand, value_types
 from runbook.interpolate import (
     VALUE_ENV_PREFIX,
     InterpolationError,
     ShellText,
+    as_text,
     placeholders,
     resolve_vars,
     substitute,
     substitute_shell,
 )
-from runbook.schema import CHECK_TYPES, Runbook, StepSucceeded
-from runbook.shell_code import argv_refusal
+from runbook.schema import CHECK_TYPES, Runbook, StepSucceeded, VarDecl
+from runbook.shell_code import argv_lint, lint
 from runbook.yaml_source import Pos, SourceDoc, YamlError, load_yaml
 
 BUILTIN_VARS = ("run_id", "runbook_dir", "state_dir", *fanout_expand.HOST_VARS)
@@ -49,6 +51,9 @@ class LoadedRunbook:
     sha256: str  # of the file's bytes: recorded in the audit
     vars: dict[str, str]  # resolved, secrets never included
     source: SourceDoc
+    types: dict[str, str] = dataclass_field(default_factory=dict)  # var -> its type's name
+    # located lint findings (runbook/shell_code.py): a value where a program may run it
+    warnings: list[str] = dataclass_field(default_factory=list)
 
     def where(self, *path: str | int) -> str:
         pos = self.source.where(tuple(path))
@@ -64,11 +69,20 @@ def _loc(path: tuple[str | int, ...]) -> str:
 
 class _Problems:
     def __init__(self, doc: SourceDoc) -> None:
-        self.doc, self.items = doc, []
+        self.doc, self.items, self.warnings = doc, [], []
+        self.types: dict[str, str] = {}  # the type of every value a placeholder may name
+
+    def _at(self, path: tuple[str | int, ...], message: str, key: bool) -> str:
+        pos: Pos = self.doc.where(path, key=key)
+        return f"{self.doc.file}:{pos.line}:{pos.col}: {_loc(path)}: {message}"
 
     def add(self, path: tuple[str | int, ...], message: str, key: bool = False) -> None:
-        pos: Pos = self.doc.where(path, key=key)
-        self.items.append(f"{self.doc.file}:{pos.line}:{pos.col}: {_loc(path)}: {message}")
+        self.items.append(self._at(path, message, key))
+
+    def warn(self, path: tuple[str | int, ...], message: str) -> None:
+        line = self._at(path, "warning: " + message, False)
+        if line not in self.warnings:  # a fan-out step is interpolated once per host
+            self.warnings.append(line)
 
 
 def parse_overrides(pairs: Sequence[str]) -> dict[str, str]:
@@ -86,23 +100,40 @@ def _is_shell_context(path: tuple[str | int, ...]) -> bool:
     return bool(path) and path[-1] == "run"
 
 
+def _context(path: tuple[str | int, ...]) -> str | None:
+    """Where a string at `path` goes: "a shell `run:` string", "a `run:` argv list", "a host's
+    connection settings" (ssh's argv and the box's shell), or None (data the product reads)."""
+    if _is_shell_context(path):
+        return "a shell `run:` string"
+    if len(path) >= 2 and path[-2] == "run" and isinstance(path[-1], int):
+        return "a `run:` argv list"
+    if path[:1] == ("hosts",) and "vars" not in path or path[-1:] == ("host",):
+        return "a host's connection settings"  # an ssh target, the box's python and spool
+    return None
+
+
+def _splice_refusal(name: str, types: Mapping[str, str], context: str) -> str | None:
+    kind = types.get(name, "text")
+    if value_types.TYPES[kind].splice_safe:
+        return None
+    return (
+        f"${{{name}}} is {kind} (any characters), which may not be spliced into {context}: a "
+        "shell or the program could read it as code; pass it through the step's env instead "
+        f'(env: {{X: "${{{name}}}"}}, then "$X" in the command, os.environ[\'X\'], ...) or '
+        "declare a type that cannot hold code (path, name, integer, ...: docs/RUNBOOKS.md)"
+    )
+
+
 def _interpolate_tree(
     data: Any,
     path: tuple[str | int, ...],
     values: Mapping[str, str],
     secrets: Mapping[str, Any],
     problems: _Problems,
-    env_values: bool = False,
 ) -> Any:
-    """`env_values`: the enclosing step's `env:` holds runbook values (see substitute_shell)."""
     if isinstance(data, dict):
-        env = data.get("env")
-        env_values = isinstance(env, dict) and any(
-            isinstance(v, str) and "${" in v for v in env.values()
-        )
         out = {
-            k: _interpolate_tree(v, path + (k,), values, secrets, problems, env_values)
-            for k, v in data.items()
+            k: _interpolate_tree(v, path + (k,), values, secrets, problems) for k, v in data.items()
         }
         _pass_values_by_env(data, out, path, problems)
         return out
@@ -111,11 +142,12 @@ def _interpolate_tree(
             _interpolate_tree(v, path + (i,), values, secrets, problems) for i, v in enumerate(data)
         ]
         if _is_shell_context(path):  # an argv `run:`: no shell, but it may start one
-            _refuse_values_in_argv_code(data, out_list, path, problems)
+            _lint_argv(data, out_list, path, problems)
         return out_list
     if not isinstance(data, str):
         return data
     shell = _is_shell_context(path)
+    context = _context(path)
 
     def lookup(name: str) -> str:
         if name in secrets:
@@ -127,12 +159,17 @@ def _interpolate_tree(
             hint = " (for a shell variable write $NAME or $${NAME})" if shell else ""
             known = ", ".join(sorted(values)) or "none"
             raise InterpolationError(f"undefined variable {name!r}{hint}; defined: {known}")
+        why = _splice_refusal(name, problems.types, context) if context else None
+        if why is not None:
+            raise InterpolationError(why)
         return values[name]
 
     try:
         if shell:
             # shown text in `run`; what executes (values by reference) rides along, see below
-            text = substitute_shell(data, lookup, env_values)
+            text = substitute_shell(data, lookup)
+            for message in lint(data):
+                problems.warn(path, message)
             return _ShellRun(text.shown, text) if text.env else text.shown
         return substitute(data, lookup)
     except InterpolationError as exc:
@@ -140,10 +177,8 @@ def _interpolate_tree(
         return data
 
 
-def _refuse_values_in_argv_code(
-    raw: list, out: list, path: tuple[str | int, ...], problems: _Problems
-) -> None:
-    """`run: [bash, -c, "... ${x}"]`: the element is code for that shell, the value would run."""
+def _lint_argv(raw: list, out: list, path: tuple[str | int, ...], problems: _Problems) -> None:
+    """`run: [bash, -c, "... ${x}"]`: a (word-typed) value where a program may run it: warned."""
     if not all(isinstance(a, str) for a in out):
         return
     named = []
@@ -152,9 +187,8 @@ def _refuse_values_in_argv_code(
             named += [(k, n) for n in placeholders(a)] if isinstance(a, str) else []
         except InterpolationError:
             continue  # reported by the interpolation pass
-    found = argv_refusal(out, named) if named else None
-    if found is not None:
-        problems.add(path + (found[0],), found[1])
+    for k, message in argv_lint(out, named) if named else []:
+        problems.warn(path + (k,), message)
 
 
 class _ShellRun(str):
@@ -322,22 +356,15 @@ def load_text(
     if not isinstance(raw_secrets, dict):
         problems.add(("secrets",), "secrets must be a mapping of name: {env: ENV_VAR}")
         raw_secrets = {}
-    for name, value in raw_vars.items():
-        if name in BUILTIN_VARS:
-            problems.add(
-                ("vars", name), f"{name!r} is a built-in variable; choose another name", key=True
-            )
-        elif name in raw_secrets:
-            problems.add(("vars", name), f"{name!r} is both a variable and a secret", key=True)
-        elif not isinstance(value, (str, int, float, bool)):
-            problems.add(("vars", name), "a variable's value must be a string, number or boolean")
-    merged = {k: v for k, v in raw_vars.items() if isinstance(v, (str, int, float, bool))}
+    decls = _declarations(raw_vars, raw_secrets, problems)
+    merged = {k: d.value for k, d in decls.items()}
     # --set values are literal: never interpolated, so `${` in a value stays text
     literal = {
         "run_id": run_id,
         "runbook_dir": str(Path(file).resolve().parent),
         "state_dir": state_dir,
     }
+    builtins = dict(literal)
     for name, value in (overrides or {}).items():
         if name not in raw_vars:
             known = ", ".join(sorted(raw_vars)) or "none"
@@ -347,15 +374,20 @@ def load_text(
     values: dict[str, str] = {}
     try:
         values = resolve_vars({k: v for k, v in merged.items() if k not in literal}, literal)
+        defaults = resolve_vars({k: d.value for k, d in decls.items()}, builtins)
     except InterpolationError as exc:
         message, *about = exc.args  # (message, variable name) or (message,)
         var = about[0] if about else None
         where = ("vars", var) if isinstance(var, str) and var in raw_vars else ("vars",)
         problems.add(where, str(message))
+    else:
+        problems.types = _check_types(decls, defaults, values, overrides or {}, problems)
+        problems.types |= _host_var_types(data.get("hosts"), problems.types, problems)
 
     body = {k: v for k, v in data.items() if k not in ("vars", "secrets")}
     steps = body.get("steps")
     if isinstance(steps, list):
+        _check_env(steps, problems.types, problems)
         for i, step in enumerate(steps):
             if isinstance(step, dict):
                 _split_secret_env(step, i, raw_secrets, problems)
@@ -395,7 +427,160 @@ def load_text(
         sha256=hashlib.sha256(text.encode()).hexdigest(),
         vars={k: v for k, v in values.items() if k in raw_vars},  # builtins and secrets excluded
         source=doc,
+        types=dict(problems.types),
+        warnings=list(problems.warnings),
     )
+
+
+def _declarations(
+    raw_vars: dict, raw_secrets: dict, problems: _Problems
+) -> dict[str, VarDecl | _Plain]:
+    """Each variable's declared form (`{type: ..., value: ...}`) or its plain default."""
+    out: dict[str, VarDecl | _Plain] = {}
+    for name, value in raw_vars.items():
+        if name in BUILTIN_VARS:
+            problems.add(
+                ("vars", name), f"{name!r} is a built-in variable; choose another name", key=True
+            )
+        elif name in raw_secrets:
+            problems.add(("vars", name), f"{name!r} is both a variable and a secret", key=True)
+        elif isinstance(value, dict):
+            try:
+                out[name] = VarDecl.model_validate(value)
+            except ValidationError as exc:
+                for err in exc.errors():
+                    sub, _ = _data_path(value, err["loc"])
+                    path = ("vars", name, *sub)
+                    problems.add(path, _friendly(err), key=err["type"] == "extra_forbidden")
+        elif not isinstance(value, (str, int, float, bool)):
+            problems.add(
+                ("vars", name),
+                "a variable's value must be a string, number or boolean, or "
+                "{type: TYPE, value: VALUE} (types: " + ", ".join(value_types.TYPE_NAMES) + ")",
+            )
+        else:
+            out[name] = _Plain(value)
+    return out
+
+
+@dataclass(frozen=True)
+class _Plain:
+    """A variable written `name: value`: its type is inferred from the (resolved) default."""
+
+    value: str | int | float | bool
+    type: None = None
+    choices: None = None
+
+
+def _check_types(
+    decls: Mapping[str, VarDecl | _Plain],
+    defaults: Mapping[str, str],
+    values: Mapping[str, str],
+    overrides: Mapping[str, str],
+    problems: _Problems,
+) -> dict[str, str]:
+    """Every value's type (declared, or inferred from the default), each value checked against
+    it: a `--set` one as a one-line `--set` error, the others located in the runbook."""
+    types = {k: value_types.infer(v) for k, v in defaults.items() if k not in decls}
+    refused_set = False
+    for name, d in sorted(decls.items(), key=lambda kv: kv[0] not in overrides):
+        inferred = d.type is None
+        kind = d.type or value_types.infer(_typed_default(d.value, defaults[name]))
+        types[name] = kind
+        why = value_types.refusal(kind, values[name], d.choices)
+        if why is None:
+            continue
+        how = f"inferred from its default {defaults[name]!r}" if inferred else "declared"
+        if name in overrides:
+            refused_set = True
+            instead = (
+                f"give a {kind} (e.g. {value_types.TYPES[kind].example})"
+                if kind != "enum"
+                else "give one of the choices"
+            )
+            problems.items.append(
+                f"--set {name}={overrides[name]!r}: {name} is a {kind} ({how}) and {why}; "
+                f"{instead}, or, for text with such characters, the runbook must declare "
+                f"`{name}: {{type: text, value: ...}}` and pass it through a step's env"
+            )
+        elif not (refused_set and values[name] != defaults[name]):  # not just a --set's echo
+            src = "" if values[name] == defaults[name] else f" (its value {values[name]!r})"
+            problems.add(("vars", name), f"{name} is a {kind} ({how}){src} and {why}")
+    return types
+
+
+def _typed_default(raw: object, resolved: str) -> object:
+    """The default as YAML typed it (8 is an integer, "8" a path) unless it references others."""
+    return raw if not isinstance(raw, str) else resolved
+
+
+def _host_var_types(hosts: Any, types: Mapping[str, str], problems: _Problems) -> dict[str, str]:
+    """The type of each host variable (a runbook variable's type where it shares the name,
+    else inferred; text if any host's value is text), each host's value checked; and the
+    fan-out's own variables."""
+    out = {"host": "name", "host_rank": "integer", "host_count": "integer"}
+    for host, config in hosts.items() if isinstance(hosts, dict) else ():
+        own = config.get("vars") if isinstance(config, dict) else None
+        for name, value in own.items() if isinstance(own, dict) else ():
+            if not isinstance(value, (str, int, float, bool)):
+                continue  # the schema reports it
+            text = as_text(value)
+            kind = types.get(name) or value_types.infer(value)
+            why = value_types.refusal(kind, text)
+            if why is not None:
+                problems.add(("hosts", host, "vars", name), f"{name} is a {kind} and {why}")
+            elif out.get(name) != "text":
+                out[name] = kind
+    return out
+
+
+def _check_env(steps: list, types: Mapping[str, str], problems: _Problems) -> None:
+    """Names a program reads as code (runbook/env_names.py) only where the step lists them in
+    `allow_env:`, and never from a text value; in the step's env and its command checks' env."""
+    for i, step in enumerate(steps):
+        if not isinstance(step, dict):
+            continue
+        allowed = step.get("allow_env") or []
+        allowed = allowed if isinstance(allowed, list) else []
+        places: list[tuple[tuple[str | int, ...], Any]] = [(("steps", i, "env"), step.get("env"))]
+        for field in _CHECK_LISTS:
+            checks = step.get(field)
+            checks = [checks] if isinstance(checks, dict) else checks
+            for j, check in enumerate(checks if isinstance(checks, list) else []):
+                if isinstance(check, dict):
+                    places.append(((("steps", i, field, j, "env")), check.get("env")))
+        service = step.get("service")
+        ready = service.get("ready") if isinstance(service, dict) else None
+        if isinstance(ready, dict):
+            places.append((("steps", i, "service", "ready", "env"), ready.get("env")))
+        used = set()
+        for path, env in places:
+            for name, value in env.items() if isinstance(env, dict) else ():
+                if not isinstance(name, str) or not env_names.dangerous(name):
+                    continue
+                used.add(name)
+                if name not in allowed:
+                    problems.add(path + (name,), env_names.why(name), key=True)
+                    continue
+                try:
+                    named = placeholders(value) if isinstance(value, str) else []
+                except InterpolationError:
+                    continue  # reported by the interpolation pass
+                for var in named:
+                    if types.get(var, "text") == "text":  # a secret is text
+                        problems.add(
+                            path + (name,),
+                            f"{name} is read as code or as where to load code from, and "
+                            f"${{{var}}} is text: give it a type that holds no code (path, ...)",
+                        )
+        for j, name in enumerate(allowed):
+            if not isinstance(name, str) or not env_names.dangerous(name):
+                problems.add(
+                    ("steps", i, "allow_env", j),
+                    f"{name!r} is not a refused environment name; remove it from `allow_env:`",
+                )
+            elif name not in used:
+                problems.add(("steps", i, "allow_env", j), f"{name} is not set in this step's env")
 
 
 def _interpolate_step(

@@ -245,6 +245,9 @@ class Step(_Strict):
     idempotent: bool = False
     detach: bool = False
     env: dict[str, str] = Field(default_factory=dict)
+    # names of runbook/env_names.py's list (BASH_ENV, LD_PRELOAD, ...) this step and its command
+    # checks set on purpose: without it such a name in `env:` is refused
+    allow_env: list[str] = Field(default_factory=list)
     # env var name -> secret name; filled by the loader from `env: {X: ${SECRET}}`
     secret_env: dict[str, str] = Field(default_factory=dict)
     # filled by the loader: the shell `run` that executes, its values as "${EAGLE_V_x}"
@@ -355,6 +358,29 @@ class HostConfig(_Strict):
 
 
 VarValue = str | int | float | bool
+
+
+class VarDecl(_Strict):
+    """A variable with a declared type: `root: {type: path, value: /srv/x}` (runbook/value_types.py
+    says which characters each type holds and where it may go)."""
+
+    type: Literal[
+        "path", "name", "integer", "number", "size", "duration", "bool", "enum", "url", "text"
+    ]
+    value: VarValue
+    choices: list[str] | None = None  # the values an enum may take
+
+    @model_validator(mode="after")
+    def _choices(self) -> VarDecl:
+        from runbook.value_types import refusal
+
+        if (self.type == "enum") != (self.choices is not None):
+            raise ValueError("`choices:` goes with `type: enum` (and an enum needs it)")
+        for c in self.choices or ():
+            why = refusal("path", c)
+            if why is not None:
+                raise ValueError(f"enum choice {c!r} cannot be a word: {why}")
+        return self
 
 
 class Runbook(_Strict):

@@ -1,14 +1,12 @@
-"""Where a command hands text to another parser as code, so a runbook value there would run.
+"""A lint: where a command hands text to another parser as code (`sh -c STRING`, `eval`,
+`ssh HOST CMD`, `su -c`, `python -c`, an awk program, a sed script, text piped into `bash`, ...).
 
-Values reach the job's shell as environment variables (runbook/interpolate.py), so that shell
-never parses them. But `sh -c STRING`, `eval`, `ssh HOST CMD`, `su -c`, `python -c`, an awk
-program, a sed script, `watch CMD`, text piped or redirected into `bash`, ... are parsed again
-by another interpreter after the shell expanded them: a value there is code. Each such place
-is found here (a table of commands and how they take code, over runbook/shell_lex.py's
-commands) and refused with what to write instead. A code string that the shell itself builds
-at run time (`bash -c "cd $DIR && ..."`) is refused too when values reach the job, since a
-value can flow into it through a variable; a code string written in single quotes is static.
-Arguments after the code (`bash -c '... "$1"' _ ${x}`) are data: that is the safe form.
+This is not the defence. What keeps values data is their type (runbook/value_types.py): only a
+word-typed value is ever spliced into shell text or argv, and a word cannot carry syntax into
+any parser; text goes through the environment. A table of commands cannot be complete (an
+unknown wrapper, a program that runs an option's value), so what it finds is reported by
+`validate` as a located warning: a word in code still names a command or an expression there.
+Arguments after the code (`bash -c '... "$1"' _ ${x}`) are data: that is the form it suggests.
 """
 
 from __future__ import annotations
@@ -350,37 +348,33 @@ def _skip_wrapper_args(words: Sequence[Word], i: int, name: str) -> int:
     return i
 
 
-def refusal(text: str, values: Sequence[tuple[int, int, str]]) -> str | None:
-    """Why the shell string `text` must be refused, or None: a value (`values`: its span and
-    name) in code, or code the shell builds at run time (values reach the job: the caller
-    asks only then)."""
-    codes = [code for cmd in commands(text) for code in code_spans(cmd)]
-    for code in codes:
-        for start, end, name in values:
-            if code.start <= start and end <= code.end:
-                return _message(code, name)
-    code = next((c for c in codes if c.dynamic), None)
-    if code is None:
-        return None
-    return (
-        f"this text is code for another parser ({code.why}) and the shell builds it at run "
-        "time ($... or `...` in it), so a runbook value can reach it through a variable; "
-        "write it in single quotes, with the values as data: "
-        + code.instead.replace("{v}", "${value}")
-    )
+def lint(text: str) -> list[str]:
+    """Warnings for the shell string `text`: each placeholder inside code that another parser
+    runs. Not the defence (a value there is word-typed, so it stays one inert word: see
+    runbook/value_types.py), but such a word still names a command or an expression there."""
+    from runbook.interpolate import placeholder_spans
+
+    values = placeholder_spans(text)
+    codes = [code for cmd in commands(text) for code in code_spans(cmd)] if values else []
+    out = []
+    for start, end, name in values:
+        code = next((c for c in codes if c.start <= start and end <= c.end), None)
+        if code is not None:
+            out.append(_message(code, name))
+    return out
 
 
-def argv_refusal(argv: Sequence[str], values: Sequence[tuple[int, str]]) -> tuple[int, str] | None:
-    """The same for a `run:` list (no shell): (element index, why) for a value in code."""
+def argv_lint(argv: Sequence[str], values: Sequence[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The same for a `run:` list (no shell): (element index, warning) per value in code."""
+    out = []
     for code in code_spans(argv_command(list(argv))):
-        for k, name in values:
-            if code.start <= k < code.end:
-                return k, _message(code, name)
-    return None
+        out += [(k, _message(code, name)) for k, name in values if code.start <= k < code.end]
+    return out
 
 
 def _message(code: Code, name: str) -> str:
     return (
-        f"${{{name}}} would be parsed as code: {code.why}, so its value would run; "
+        f"${{{name}}} is in code another program runs ({code.why}): its value, one word, "
+        "would name a command or an expression there; "
         + code.instead.replace("{v}", f"${{{name}}}")
     )

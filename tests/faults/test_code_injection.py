@@ -1,24 +1,25 @@
 """Attacks on "no runbook value is parsed as code" where the shell hands text to another parser:
 `sh -c`, `bash -c`, `eval`, `su -c`, `ssh HOST CMD`, `xargs ... sh -c`, `env ... sh -c`, a pipe or
-heredoc into `bash`, `python -c`, awk and sed programs (runbook/shell_code.py).
+heredoc into `bash`, `python -c`, awk and sed programs.
 
-Each trial interpolates a hostile value into a command shape; what executes runs under real
-bash with its env. Held: the shape is refused at validate time (it must be, whatever the value,
-for the shapes that put the value into code), or it runs with no side effect and the value
-arrives byte-exact (the safe forms: the value as an argument after the code, in the environment,
-on stdin of a program that reads data).
+The defence is the value's type (runbook/value_types.py), not the table of such commands
+(runbook/shell_code.py, now a lint): through the real loader, a variable inferred from a word
+default refuses every hostile `--set` value, and one declared `type: text` may not be spliced
+into any of these shapes. What is accepted (a word) runs under real bash with no side effect and,
+in the data forms, arrives byte-exact; validate warns (located) where a word sits in code.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import textwrap
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runbook.interpolate import InterpolationError, substitute_shell
+from runbook.loader import RunbookError, load_text
 from tests.runbook.conftest import Cli
 
 CODE_SHAPES = [  # the value would be parsed as code: refused
@@ -83,15 +84,25 @@ def _attack(shape: str) -> str:
     return 'value as data next to another parser\'s code ("$1", env, stdin)'
 
 
+def _runbook(shape: str, decl: str) -> str:
+    import json
+
+    return (
+        f"name: code\nvars:\n  x: {decl}\nsteps:\n"
+        f"  - {json.dumps({'id': 's', 'title': 'S', 'run': shape})}\n"
+    )
+
+
 @settings(
     max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     st.sampled_from(CODE_SHAPES + SAFE_SHAPES),
+    st.sampled_from(["plain", "{type: text, value: plain}"]),
     st.lists(st.sampled_from(ATOMS), min_size=1, max_size=5),
 )
 def test_values_never_reach_another_parser_as_code(
-    tmp_path: Path, shape: str, atoms: list[str]
+    tmp_path: Path, shape: str, decl: str, atoms: list[str]
 ) -> None:
     from tests.faults.tally import TALLY
 
@@ -99,30 +110,41 @@ def test_values_never_reach_another_parser_as_code(
     pwned.unlink(missing_ok=True)
     value = "".join(a.format(p=pwned) for a in atoms)
     try:
-        text = substitute_shell(shape, lambda _: value)
-    except InterpolationError:
-        held = shape in CODE_SHAPES or "\x00" in value
+        loaded = load_text(_runbook(shape, decl), "rb.yaml", {"x": value})
+    except RunbookError as exc:
+        # refused: a text variable in any shell string, or a value outside the word type (a
+        # NUL is no value at all: no environment can carry it)
+        held = all(
+            p.startswith("--set x=") and ("x is a path" in p or "NUL" in p)
+            if p.startswith("--set")
+            else p.startswith("rb.yaml:") and "${x} is text" in p and decl != "plain"
+            for p in exc.problems
+        )
         TALLY.trial(_attack(shape), held)
-        assert held, (shape, value)
+        assert held, (shape, value, exc.problems)
         return
-    env = {**os.environ, **text.env}
+    step = loaded.runbook.steps[0]
+    assert decl == "plain" and isinstance(step.run, str)
+    env = {**os.environ, **step.env, **step.run_env}
     p = subprocess.run(
-        ["bash", "-c", text.run], capture_output=True, timeout=20, env=env, cwd=tmp_path
+        ["bash", "-c", step.run_exec or step.run],
+        capture_output=True,
+        timeout=20,
+        env=env,
+        cwd=tmp_path,
     )
-    held = not pwned.exists() and p.stdout == value.encode()
+    held = not pwned.exists() and (shape in CODE_SHAPES or p.stdout == value.encode())
     TALLY.trial(_attack(shape), held)
-    assert held, (shape, value, text.run, p.stdout, p.stderr[-500:])
+    assert held, (shape, value, step.run_exec, p.stdout, p.stderr[-500:])
 
 
-def test_refused_at_validate_with_its_place_and_the_fix(tmp_path: Path) -> None:
-    """Through the loader: one located line per refusal (file:line:col), saying what to write
-    instead; the argv form (`run: [bash, -c, ...]`) too; the safe forms validate and run, with a
-    hostile --set value, byte-exact and without side effect on the real local agent."""
+def test_code_shapes_warned_at_validate_text_refused_and_env_is_the_way(tmp_path: Path) -> None:
+    """Through the CLI: a word in code is a located warning (validate still ok); the same
+    shapes with a text variable are located errors naming the variable, its type and the way
+    (env); that way runs a hostile --set value byte-exact with no side effect on the real
+    local agent."""
     cli = Cli(tmp_path)
-    bad = cli.runbook(
-        """\
-        name: code
-        vars: {x: plain}
+    body = """\
         steps:
           - id: a
             title: A
@@ -136,17 +158,20 @@ def test_refused_at_validate_with_its_place_and_the_fix(tmp_path: Path) -> None:
             title: C
             preconditions:
               - {check: command, run: "eval test -n ${x}"}
-        """,
-        "bad.yaml",
-    )
-    out = cli("validate", str(bad))
-    err = out.stdout + out.stderr
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert out.returncode == 2, err
-    assert len(lines) == 3, err
-    assert all(ln.startswith(f"{bad}:") for ln in lines), err
-    assert "bash -c '... \"$1\"' _ ${x}" in err and "printf '%s' ${x} | ssh HOST" in err
-    assert "v=${x}; eval 'cmd \"$v\"'" in err
+        """
+    body = textwrap.dedent(body)
+    word = cli.runbook("name: code\nvars: {x: plain}\n" + body, "word.yaml")
+    out = cli("validate", str(word), check=0)
+    warnings = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert len(warnings) == 3, out.stderr
+    assert all(ln.startswith(f"{word}:") and ": warning: ${x}" in ln for ln in warnings)
+    assert "bash -c '... \"$1\"' _ ${x}" in out.stderr
+    text = cli.runbook("name: code\nvars: {x: {type: text, value: plain}}\n" + body, "text.yaml")
+    out = cli("validate", str(text), check=2)
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 3, out.stderr
+    assert all(ln.startswith(f"{text}:") and "${x} is text" in ln for ln in lines), lines
+    assert all("env: {X:" in ln for ln in lines)
     from tests.faults.tally import TALLY
 
     pwned = tmp_path / "pwned"
@@ -155,19 +180,26 @@ def test_refused_at_validate_with_its_place_and_the_fix(tmp_path: Path) -> None:
     good = cli.runbook(
         f"""\
         name: code
-        vars: {{x: plain}}
+        vars: {{x: {{type: text, value: plain}}}}
         steps:
           - id: a
             title: A
-            run: bash -c 'printf %s "$1" > {out_file}' _ ${{x}}
+            run: bash -c 'printf %s "$X" > {out_file}'
+            env: {{X: "${{x}}"}}
           - id: b
             title: B
-            run: [bash, -c, 'printf %s "$1" >> {out_file}', _, "${{x}}"]
+            run: [bash, -c, 'printf %s "$X" >> {out_file}']
+            env: {{X: "${{x}}"}}
         """,
         "good.yaml",
     )
     cli("validate", str(good), check=0)
+    refused = cli("run", "--auto", "--set", f"x={value}", str(word), check=2)
     cli("run", "--auto", "--set", f"x={value}", str(good), check=0)
-    held = not pwned.exists() and out_file.read_text() == value * 2
-    TALLY.trial("code shapes refused at validate (located), safe forms run", held)
+    held = (
+        refused.stderr.startswith("--set x=")
+        and not pwned.exists()
+        and out_file.read_text() == value * 2
+    )
+    TALLY.trial("code shapes: text refused at validate (located), env form runs", held)
     assert held

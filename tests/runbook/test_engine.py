@@ -79,23 +79,29 @@ def test_destructive_step_needs_confirmation_in_auto(cli, tmp_path):
 
 
 def test_set_injection_runs_nothing_extra(cli, tmp_path):
+    """A word-typed variable refuses a --set value with shell syntax (exit 2, one line); text
+    declared as such goes through env and arrives byte-exact."""
     marker = tmp_path / "pwned"
     rb = cli.runbook(
         f"""\
         name: inject
         vars:
           name: world
+          text: {{type: text, value: world}}
         steps:
           - id: greet
             title: Greet
-            run: echo hello ${{name}} > greeting
+            run: echo hello ${{name}} "$T" > greeting
+            env: {{T: "${{text}}"}}
             cwd: {tmp_path}
     """
     )
     hostile = f"x; touch {marker}; echo $(touch {marker}) `touch {marker}`"
-    cli("run", str(rb), "--auto", "--set", f"name={hostile}", check=0)
+    refused = cli("run", str(rb), "--auto", "--set", f"name={hostile}", check=2)
+    assert refused.stderr.startswith("--set name=") and "is a path" in refused.stderr
+    cli("run", str(rb), "--auto", "--set", f"text={hostile}", check=0)
     assert not marker.exists()
-    assert (tmp_path / "greeting").read_text() == f"hello {hostile}\n"
+    assert (tmp_path / "greeting").read_text() == f"hello world {hostile}\n"
 
 
 def test_cli_killed_mid_run_resumes_without_rerunning(cli, tmp_path):

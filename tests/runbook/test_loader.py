@@ -72,14 +72,21 @@ def test_valid_runbook_interpolates_and_quotes():
         "*",
     ],
 )
-def test_override_values_cannot_inject_shell(hostile, tmp_path):
-    rb = load_text(BASE, "rb.yaml", overrides={"root": hostile}).runbook
+def test_override_values_outside_their_type_are_refused(hostile):
+    """`root` is a path (inferred from /data): a --set value a shell could read as syntax is
+    refused in one line naming the variable, its type and what it may hold."""
+    (msg,) = problems(BASE, overrides={"root": hostile})
+    assert msg.startswith(f"--set root={hostile!r}: root is a path (inferred from its default")
+    assert "letters, digits and _ . / : @ % + , = -" in msg and "type: text" in msg
+
+
+def test_word_values_reach_the_shell_as_one_inert_word(tmp_path):
+    rb = load_text(BASE, "rb.yaml", overrides={"root": "./a=b:c@d%e+f,g-h"}).runbook
     cmd = rb.steps[0].run
     assert isinstance(cmd, str)
-    # the shell sees exactly two words after echo: the value (with its suffix) and n
-    assert shlex.split(cmd) == ["echo", f"{hostile}/merged.jsonl", "5"]
+    assert shlex.split(cmd) == ["echo", "./a=b:c@d%e+f,g-h/merged.jsonl", "5"]
     out = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, cwd=tmp_path)
-    assert out.stdout == f"{hostile}/merged.jsonl 5\n"
+    assert out.stdout == "./a=b:c@d%e+f,g-h/merged.jsonl 5\n"
     assert list(tmp_path.iterdir()) == []
 
 

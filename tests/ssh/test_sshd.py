@@ -131,23 +131,33 @@ HOSTILE = [
 
 
 def test_hostile_values_run_nothing_extra_on_the_box(ssh_cli, tmp_path):
+    """Word variables refuse hostile --set values (exit 2, nothing launched); declared text
+    reaches the box's shell and an argv program through env, byte-exact."""
     marker = tmp_path / "pwned"
     values = [v.format(m=marker) for v in HOSTILE]
+    n = len(values)
+    env = ", ".join(f'V{i}: "${{v{i}}}"' for i in range(n))
+    shell = "; ".join(f"printf '%s|' \"$V{i}\" >> shell.out" for i in range(n))
     rb = ssh_cli.runbook(f"""\
         name: inject
         host: box
         vars:
-          {"".join(f"v{i}: plain{chr(10)}          " for i in range(len(values)))}
+          w: plain
+          {"".join(f"v{i}: {{type: text, value: plain}}{chr(10)}          " for i in range(n))}
         steps:
           - id: shell
             title: Shell string with every value
             cwd: {tmp_path}
-            run: {"; ".join(f"printf '%s|' ${{v{i}}} >> shell.out" for i in range(len(values)))}
+            env: {{{env}}}
+            run: {shell}
           - id: argv
             title: Argv with every value
             cwd: {tmp_path}
-            run: [python3, -c, "import sys; open('argv.out', 'w').write('|'.join(sys.argv[1:]))", {", ".join(f'"${{v{i}}}"' for i in range(len(values)))}]
+            env: {{{env}}}
+            run: [python3, -c, "import os; open('argv.out', 'w').write('|'.join(os.environ['V%d' % i] for i in range({n})))"]
     """)
+    for v in values:
+        ssh_cli("run", str(rb), "--auto", "--set", f"w={v}", check=2)
     sets = [a for i, v in enumerate(values) for a in ("--set", f"v{i}={v}")]
     ssh_cli("run", str(rb), "--auto", *sets, check=0)
     assert not marker.exists()
