@@ -283,7 +283,9 @@ def delete_targets(arg: Any) -> dict[str, Any] | None:
         not isinstance(targets, list)
         or not targets
         or not all(
-            isinstance(t, dict) and isinstance(t.get("path"), str) and isinstance(t.get("root"), str)
+            isinstance(t, dict)
+            and isinstance(t.get("path"), str)
+            and isinstance(t.get("root"), str)
             for t in targets
         )
         or not isinstance(protected, list)

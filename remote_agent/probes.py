@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from remote_agent import gpu
-from remote_agent.jobenv import job_base_env
 from remote_agent.deletion import measure
+from remote_agent.jobenv import job_base_env
 from remote_agent.targets import Refused, canonical_target
 
 Result = tuple[bool, Any, str]

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from runbook import fanout_expand
+from runbook.delete_lint import shell_deletion
 from runbook.interpolate import (
     VALUE_ENV_PREFIX,
     InterpolationError,
@@ -26,7 +27,7 @@ from runbook.interpolate import (
     substitute,
     substitute_shell,
 )
-from runbook.schema import CHECK_TYPES, Runbook, StepSucceeded
+from runbook.schema import CHECK_TYPES, Runbook, Step, StepSucceeded
 from runbook.shell_code import argv_refusal
 from runbook.yaml_source import Pos, SourceDoc, YamlError, load_yaml
 
@@ -482,6 +483,8 @@ def _cross_checks(rb: Runbook, problems: _Problems) -> None:
                 if isinstance(check, StepSucceeded) and check.step not in ids:
                     problems.add(("steps", i, field, j, "step"), f"unknown step {check.step!r}")
     for i, step in enumerate(rb.steps):
+        _refuse_shell_deletes(step, i, problems)
+    for i, step in enumerate(rb.steps):
         if step.stop is not None:
             target = rb.steps[ids[step.stop]] if step.stop in ids else None
             if target is None:
@@ -519,6 +522,17 @@ def _cross_checks(rb: Runbook, problems: _Problems) -> None:
     if cycle:
         i = ids[cycle[0]]
         problems.add(("steps", i, "requires"), "requires form a cycle: " + " -> ".join(cycle))
+
+
+def _refuse_shell_deletes(step: Step, i: int, problems: _Problems) -> None:
+    """A command that deletes a path is refused wherever it runs (runbook/delete_lint.py)."""
+    if step.run is not None and (why := shell_deletion(step.run)):
+        problems.add(("steps", i, "run"), why)
+    for field in _CHECK_LISTS:
+        for j, check in enumerate(getattr(step, field)):
+            run = getattr(check, "run", None)
+            if getattr(check, "check", None) == "command" and run and (why := shell_deletion(run)):
+                problems.add(("steps", i, field, j, "run"), f"a guard must not delete: {why}")
 
 
 def _find_cycle(rb: Runbook) -> list[str] | None:
