@@ -15,6 +15,7 @@ the same target (same identity) says that it continues that one.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -30,7 +31,9 @@ from remote_agent.targets import Refused, Resolved, check_path, mount_points, re
 
 SPEC = "delete.json"
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-IDENTITY = ("kind", "dev", "ino")
+# What makes "the same object": inode numbers are reused at once (rm -r + mkdir may hand the
+# new directory the old number), so the change time and the top level's listing count too.
+IDENTITY = ("kind", "dev", "ino", "ctime_ns", "top")
 
 
 def _kind(st: os.stat_result | None) -> str:
@@ -41,6 +44,46 @@ def _kind(st: os.stat_result | None) -> str:
     if stat.S_ISLNK(st.st_mode):
         return "symlink"
     return "file" if stat.S_ISREG(st.st_mode) else "other"
+
+
+def _identity(parent_fd: int, name: str, st: os.stat_result | None) -> dict[str, Any]:
+    """kind, dev, ino, ctime_ns and `top`: a digest of a directory's entries (name, inode), a
+    link's text, a file's size and mtime."""
+    if st is None:
+        return {k: None for k in IDENTITY} | {"kind": "absent"}
+    h = hashlib.sha256()
+    if stat.S_ISDIR(st.st_mode):
+        fd = _open_dir(parent_fd, name, st, name)
+        try:
+            for e in sorted(os.scandir(fd), key=lambda e: e.name):
+                h.update(f"{e.name}\0{e.inode()}\n".encode("utf-8", "surrogateescape"))
+        finally:
+            os.close(fd)
+    elif stat.S_ISLNK(st.st_mode):
+        h.update(os.fsencode(os.readlink(name, dir_fd=parent_fd)))
+    else:
+        h.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
+    kind = _kind(st)
+    return {
+        "kind": kind,
+        "dev": st.st_dev,
+        "ino": st.st_ino,
+        "ctime_ns": st.st_ctime_ns,
+        "top": h.hexdigest()[:32],
+    }
+
+
+def _current(res: Resolved, mounts: frozenset[str]) -> tuple[os.stat_result | None, dict]:
+    """The target's lstat and identity now (after the path rules of targets.check_path)."""
+    st = check_path(res, mounts)
+    if st is None:
+        return None, _identity(-1, "", None)
+    parent = _open_parent(res)
+    try:
+        st = os.stat(res.parts[-1], dir_fd=parent, follow_symlinks=False)
+        return st, _identity(parent, res.parts[-1], st)
+    finally:
+        os.close(parent)
 
 
 def _open_dir(parent_fd: int, name: str, expect: os.stat_result, path: str) -> int:
@@ -111,9 +154,8 @@ def measure(
     Raises Refused. `check_time(partial)` may raise to stop a long walk."""
     res = resolve(raw, root, protected)
     mounts = mount_points()
-    st = check_path(res, mounts)
-    obs: dict[str, Any] = {"path": raw, "target": res.target, "root": res.root}
-    obs.update(kind=_kind(st), dev=st.st_dev if st else None, ino=st.st_ino if st else None)
+    st, ident = _current(res, mounts)
+    obs: dict[str, Any] = {"path": raw, "target": res.target, "root": res.root, **ident}
     if st is None:
         return {**obs, "bytes": 0, "files": 0, "dirs": 0}
     if not stat.S_ISDIR(st.st_mode):
@@ -147,14 +189,19 @@ def measure(
 
 
 class Progress:
-    """`@@eagle3` progress lines at most twice a second, the bytes freed so far."""
+    """`@@eagle3` progress lines at most twice a second, the bytes freed so far. The agent's
+    EAGLE_TUI_DELETE_PACE_S (seconds per removed file, default 0) paces a delete so that it
+    does not starve a shared disk (the fault tests use it to kill a delete midway)."""
 
     def __init__(self, total: int) -> None:
         self.total, self.freed, self.files, self.last = total, 0, 0, 0.0
+        self.pace = float(os.environ.get("EAGLE_TUI_DELETE_PACE_S") or 0)
 
     def add(self, size: int) -> None:
         self.freed += size
         self.files += 1
+        if self.pace > 0:
+            time.sleep(self.pace)
         now = time.monotonic()
         if now - self.last >= 0.5:
             self.last = now
@@ -162,20 +209,19 @@ class Progress:
 
     def emit(self) -> None:
         rec = {"kind": "progress", "stage": "delete", "done": self.freed, "total": self.total}
-        print(format_record({**rec, "unit": "B", "rate": None, "eta_s": None}), flush=True)
+        _say(format_record({**rec, "unit": "B", "rate": None, "eta_s": None}))
 
 
 def delete_one(res: Resolved, expect: dict[str, Any], progress: Progress) -> None:
     """Remove the measured target; Refused (nothing more removed) when it is not that object."""
     mounts = mount_points()
-    st = check_path(res, mounts)
-    if st is None:
+    if check_path(res, mounts) is None:
         return
     parent = _open_parent(res)
     try:
         name = res.parts[-1]
         st = os.stat(name, dir_fd=parent, follow_symlinks=False)
-        if (_kind(st), st.st_dev, st.st_ino) != tuple(expect.get(k) for k in IDENTITY):
+        if (_kind(st), st.st_dev, st.st_ino) != tuple(expect.get(k) for k in IDENTITY[:3]):
             raise Refused(f"{res.target} is not the object that was measured")
         if not stat.S_ISDIR(st.st_mode):
             os.unlink(name, dir_fd=parent)  # a link: the link itself
@@ -212,9 +258,7 @@ def run_job(job_dir: str) -> int:
     try:  # every target is checked before anything is removed
         for t in spec["targets"]:
             res = resolve(t["path"], t["root"], protected)
-            st = check_path(res, mount_points())
-            now = {"kind": _kind(st), "dev": st.st_dev if st else None}
-            now["ino"] = st.st_ino if st else None
+            _st, now = _current(res, mount_points())
             want = {k: t["expect"].get(k) for k in IDENTITY}
             if now != want and not (now["kind"] == "absent" and want["kind"] != "absent"):
                 raise Refused(
@@ -223,7 +267,7 @@ def run_job(job_dir: str) -> int:
                 )
             plan.append((res, t["expect"]))
     except Refused as exc:
-        print(f"delete refused: {exc}", flush=True)
+        _say(f"delete refused: {exc}")
         _result({"refused": str(exc), "targets": [], "freed_bytes": 0})
         return 3
     status = 0
@@ -231,12 +275,15 @@ def run_job(job_dir: str) -> int:
         marker = _marker(spec, expect)
         resumed = _read_marker(marker)
         if resumed:
-            print(f"{res.target}: continues the deletion begun by job {resumed}", flush=True)
-        if marker is not None:
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.write_text(json.dumps({"job_id": resumed or job_id, "target": res.target}))
+            _say(f"{res.target}: continues the deletion begun by job {resumed}")
+        if marker is not None and not resumed:
+            try:  # best effort: a full disk must not stop the delete that frees it
+                marker.parent.mkdir(parents=True, exist_ok=True)
+                marker.write_text(json.dumps({"job_id": job_id, "target": res.target}))
+            except OSError as exc:
+                _say(f"note: no resume marker ({exc.strerror})")
         progress = Progress(int(expect.get("bytes") or 0))
-        print(f"deleting {res.target} ({expect.get('kind')}, {expect.get('bytes')} bytes)")
+        _say(f"deleting {res.target} ({expect.get('kind')}, {expect.get('bytes')} bytes)")
         row: dict[str, Any] = {"path": res.raw, "target": res.target, "measured": expect}
         if resumed:
             row["resumed_from"] = resumed
@@ -252,9 +299,9 @@ def run_job(job_dir: str) -> int:
         progress.emit()
         row.update(freed_bytes=progress.freed, removed_files=progress.files)
         out.append(row)
-        print(f"{res.target}: {row['result']}, {progress.freed} bytes freed", flush=True)
+        _say(f"{res.target}: {row['result']}, {progress.freed} bytes freed")
         if status:
-            print(f"stopped: {row['error']}", flush=True)
+            _say(f"stopped: {row['error']}")
             break
     _result({"targets": out, "freed_bytes": sum(r["freed_bytes"] for r in out)})
     return status
@@ -270,7 +317,7 @@ def _read_marker(marker: Path | None) -> str | None:
 
 
 def _result(rec: dict[str, Any]) -> None:
-    print(format_record({"kind": "result", "stage": "delete", **rec}), flush=True)
+    _say(format_record({"kind": "result", "stage": "delete", **rec}))
 
 
 def delete_targets(arg: Any) -> dict[str, Any] | None:
@@ -325,6 +372,15 @@ def delete_job_spec(
 
 def _refused(t: dict[str, Any], exc: Refused) -> dict[str, Any]:
     return {"ok": False, "observed": {"path": t["path"]}, "message": f"refused: {exc}"}
+
+
+def _say(line: str) -> None:
+    """One log line; a full disk under the log must not stop the delete that frees it."""
+    try:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    except OSError:
+        pass
 
 
 def main(argv: list[str]) -> int:

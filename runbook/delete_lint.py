@@ -32,6 +32,7 @@ ALWAYS = {
     "wipefs": "erases filesystem signatures",
     "truncate": "cuts files short",
 }
+GIT_VALUE_OPTS = {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--exec-path"}
 INSTEAD = (
     "delete paths with a delete step instead (`delete: [paths]`, `delete_within: root`, "
     "no `run:`): the agent deletes exactly what it measured and the operator confirmed"
@@ -58,7 +59,10 @@ def _deletes(cmd: Command, k: int) -> str | None:
     if name == "mv" and not any(a in ("-n", "--no-clobber", "--update=none") for a in args):
         return "`mv` replaces an existing destination (use `mv -n` to only rename onto nothing)"
     if name == "git":
-        sub = next((a for a in args if not a.startswith("-")), None)
+        i = 0
+        while i < len(args) and args[i].startswith("-"):  # git's own options, some with a value
+            i += 2 if args[i] in GIT_VALUE_OPTS else 1
+        sub = args[i] if i < len(args) else None
         if sub in ("clean", "rm"):
             return f"`git {sub}` removes files"
     if name == "busybox" and k + 1 < len(words):  # `busybox rm ...`: the applet is the command
