@@ -9,7 +9,15 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from remote_agent.targets import glob_refusal
 from runbook.units import parse_duration, parse_size
@@ -36,6 +44,13 @@ def delete_path_refusal(path: str) -> str | None:
     if ".." in path.split("/"):
         return "a delete path may not contain `..`: write the path it means"
     return glob_refusal(path)
+
+
+def _delete_path(path: str) -> str:
+    why = delete_path_refusal(path)
+    if why:
+        raise ValueError(f"{path!r}: {why}")
+    return path
 
 
 def _nonempty_command(v: Any) -> Any:
@@ -288,7 +303,7 @@ class Step(_Strict):
     stop: str | None = None  # id of a service step whose job this step stops (no `run:`)
     # the delete action (docs/SAFETY.md "Deletes"): the agent itself removes exactly these
     # paths, each under `delete_within:`, as measured and confirmed; the step has no `run:`
-    delete: list[str] = Field(default_factory=list)
+    delete: list[Annotated[str, AfterValidator(_delete_path)]] = Field(default_factory=list)
     delete_within: str | None = None
 
     @model_validator(mode="before")
@@ -301,15 +316,6 @@ class Step(_Strict):
                 "measured; docs/RUNBOOKS.md)"
             )
         return data
-
-    @field_validator("delete")
-    @classmethod
-    def _delete_paths(cls, v: list[str]) -> list[str]:
-        for p in v:
-            why = delete_path_refusal(p)
-            if why:
-                raise ValueError(f"{p!r}: {why}")
-        return v
 
     @property
     def launches_job(self) -> bool:
