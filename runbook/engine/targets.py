@@ -8,6 +8,7 @@ list goes with the job's launch (`delete_request`), so the deletion protects the
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,15 +41,24 @@ class DeleteTarget:
         }
 
 
-def verified_paths(check: Any, res: dict[str, Any]) -> list[str]:
-    """The artifacts a passing guard vouched for (its path; a manifest's described file too)."""
+def verified_paths(check: Any, res: dict[str, Any], deletes: list[str] = ()) -> list[str]:  # type: ignore[assignment]
+    """The artifacts a passing guard vouched for (its path; a manifest's described file too).
+    A `path_exists` on what the step itself deletes (or under it) vouches for no artifact: it
+    only says the target is there."""
     if not res.get("ok") or getattr(check, "check", None) not in VERIFYING:
+        return []
+    if check.check == "path_exists" and any(_under(check.path, d) for d in deletes):
         return []
     out = [check.path]
     observed = res.get("observed")
     if isinstance(observed, dict) and isinstance(observed.get("file"), str):
         out.append(observed["file"])
     return out
+
+
+def _under(path: str, parent: str) -> bool:
+    p, q = os.path.normpath(path), os.path.normpath(parent)
+    return p == q or p.startswith(q.rstrip("/") + "/")
 
 
 class TargetsMixin(EngineCore):

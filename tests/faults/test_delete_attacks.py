@@ -69,7 +69,7 @@ def _precious(root: Path, rng: random.Random) -> Path:
 
 # ---------------------------------------------------------------- patterns, shell deletes
 
-PATTERNS = ["old*", "ol?", "old[0-9]", "{old,older-important}", "o*d", "old{,er-important}", "*"]
+PATTERNS = ["old*", "o*", "ol?*", "ol[d]*", "*important", "[o]lder*", "{old,older-important}"]
 
 
 def test_glob_brace_bracket_paths_refused_next_to_lookalikes(tmp_path, tally):
