@@ -349,7 +349,7 @@ def delete_job_spec(
 ) -> dict[str, Any]:
     """The job's spec: each target with the identity measured in this request's launch guards
     (the evidence the operator confirmed, re-checked), or measured here when none was sent."""
-    fresh: dict[tuple[str, str | None], dict[str, Any]] = {}
+    fresh: dict[tuple[Any, Any], dict[str, Any]] = {}
     for g, res in zip(sent or [], results, strict=False):
         check = g.get("check") or {}
         if check.get("check") == "delete_target" and res.get("ok"):

@@ -98,7 +98,7 @@ class JobManager:
             "env": arg_env(args, "env"),
             "timeout_s": arg_float(args, "timeout_s", None),
             "grace_s": arg_float(args, "grace_s", None, positive=False),
-            "detach": arg_bool(args, "detach", False),
+            "detach": arg_bool(args, "detach", False) or delete is not None,  # outlives us
         }
         secret_env = arg_env(args, "secret_env")
         if self.spool.job(job_id).path.exists():  # a repeat after a reconnect: guards were checked

@@ -96,6 +96,7 @@ def run_engine(
         return engine
 
     engine = asyncio.run(main())
+    assert engine.state is not None and engine.store is not None
     rec = engine.state.steps["wipe"]
     if dry:
         rec = rec.model_copy(update={"guards": evaluated})
