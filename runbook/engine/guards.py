@@ -39,7 +39,7 @@ class GuardsMixin(EngineCore):
                     res = await self.call(self.host_of(step), "probe", check=check.probe())
                 except AgentError as exc:
                     res = {"ok": False, "observed": None, "message": f"probe failed: {exc.message}"}
-            self._verified.update(verified_paths(check, res, step.delete))
+            self._verified.update(verified_paths(check, res))
             res = {"check": check.check, "title": check.title, "phase": phase, **res}
             res.update(notes[i] if notes else {})
             results.append(redact(res, self.secrets.values()))

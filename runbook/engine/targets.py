@@ -8,7 +8,6 @@ list goes with the job's launch (`delete_request`), so the deletion protects the
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +15,8 @@ from runbook.engine.core import EngineCore
 from runbook.schema import Step
 
 # checks whose passing means "this file is a verified artifact": a delete must not contain it
-VERIFYING = frozenset({"manifest", "sha256", "jsonl_records", "path_exists"})
+# (`path_exists` says only that a path is there: often the very thing a later step deletes)
+VERIFYING = frozenset({"manifest", "sha256", "jsonl_records"})
 
 
 @dataclass(frozen=True)
@@ -41,24 +41,15 @@ class DeleteTarget:
         }
 
 
-def verified_paths(check: Any, res: dict[str, Any], deletes: list[str] = ()) -> list[str]:  # type: ignore[assignment]
-    """The artifacts a passing guard vouched for (its path; a manifest's described file too).
-    A `path_exists` on what the step itself deletes (or under it) vouches for no artifact: it
-    only says the target is there."""
+def verified_paths(check: Any, res: dict[str, Any]) -> list[str]:
+    """The artifacts a passing guard vouched for (its path; a manifest's described file too)."""
     if not res.get("ok") or getattr(check, "check", None) not in VERIFYING:
-        return []
-    if check.check == "path_exists" and any(_under(check.path, d) for d in deletes):
         return []
     out = [check.path]
     observed = res.get("observed")
     if isinstance(observed, dict) and isinstance(observed.get("file"), str):
         out.append(observed["file"])
     return out
-
-
-def _under(path: str, parent: str) -> bool:
-    p, q = os.path.normpath(path), os.path.normpath(parent)
-    return p == q or p.startswith(q.rstrip("/") + "/")
 
 
 class TargetsMixin(EngineCore):

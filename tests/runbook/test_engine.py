@@ -60,8 +60,7 @@ def test_destructive_step_needs_confirmation_in_auto(cli, tmp_path):
     rb = cli.runbook(
         GUARDED.format(work=work).replace(
             '      - {check: path_exists, path: "${work}/manifest.json"}',
-            # the root, not the target: a file another step's guard verified is never deleted
-            '      - {check: path_exists, path: "${work}"}',
+            '      - {check: path_exists, path: "${work}/old"}',
         )
     )
     cli("run", str(rb), "--auto", check=3)  # no --yes: held back
