@@ -1,4 +1,4 @@
-"""`python -m remote_agent [serve] [--spool DIR]` | `python -m remote_agent jobwrap JOBDIR`.
+"""`python -m remote_agent [serve] [--spool DIR]` | `... jobwrap JOBDIR` | `... delete JOBDIR`.
 
 Also the entry point of the zipapp (`python agent.pyz serve`): build it with
 `zipapp.create_archive(src, dest, main="remote_agent.__main__:entry")`.
@@ -50,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
         from remote_agent import jobwrap
 
         return jobwrap.main(argv[1:])
+    if argv and argv[0] == "delete":
+        from remote_agent import deletion
+
+        return deletion.main(argv[1:])
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
         argv.insert(0, "serve")
     parser = argparse.ArgumentParser(prog="python -m remote_agent", description=__doc__)
@@ -60,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         "--spool", help="spool root (default $EAGLE_TUI_SPOOL or ~/.eagle-tui/spool)"
     )
     sub.add_parser("jobwrap", help="internal: the per-job supervisor")
+    sub.add_parser("delete", help="internal: a delete step's job (remote_agent/deletion.py)")
     args = parser.parse_args(argv)
     return serve(args.spool)
 

@@ -19,6 +19,8 @@ import threading
 import time
 from typing import Any, NamedTuple
 
+from remote_agent.deletion import SPEC as DELETE_SPEC
+from remote_agent.deletion import delete_job_spec, delete_targets
 from remote_agent.jobenv import job_base_env
 from remote_agent.launchguard import check_launch_guards
 from remote_agent.procs import JobTree, boot_id, is_alive
@@ -41,6 +43,7 @@ from remote_agent.spool import (
     Spool,
     check_job_id,
     read_text,
+    write_private,
 )
 
 log = logging.getLogger("remote_agent.jobs")
@@ -75,6 +78,12 @@ class JobManager:
         job_id = check_job_id(args.get("job_id"))
         argv = arg_str_list(args, "argv", nullable=True)
         shell = arg_str(args, "shell", None)
+        delete = delete_targets(args.get("delete"))
+        if delete is not None:  # the agent's own job: no command from the client
+            if argv is not None or shell is not None:
+                raise bad("a delete job runs no command: give args.delete without argv/shell")
+            python = sys.executable or "python3"
+            argv = [python, "-m", "remote_agent", "delete", str(self.spool.jobs / job_id)]
         if (argv is None) == (shell is None):
             raise bad("exactly one of args.argv and args.shell must be given")
         if argv is not None and not argv:
@@ -89,13 +98,17 @@ class JobManager:
             "env": arg_env(args, "env"),
             "timeout_s": arg_float(args, "timeout_s", None),
             "grace_s": arg_float(args, "grace_s", None, positive=False),
-            "detach": arg_bool(args, "detach", False),
+            "detach": arg_bool(args, "detach", False) or delete is not None,  # outlives us
         }
         secret_env = arg_env(args, "secret_env")
         if self.spool.job(job_id).path.exists():  # a repeat after a reconnect: guards were checked
             raise AgentError("exists", f"job {job_id!r} already exists; reattach to it")
         guards = check_launch_guards(args.get("guards"))
+        if delete is not None:
+            delete_spec = delete_job_spec(delete, args.get("guards"), guards, self.spool.root)
         jd, alive_fd = self.spool.create_job(job_id)  # atomic: the one guard against relaunch
+        if delete is not None:
+            write_private(jd.file(DELETE_SPEC), json.dumps(delete_spec).encode(), atomic=True)
 
         bound_r = bound_w = None
         if not spec["detach"]:

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from remote_agent import gpu
+from remote_agent.deletion import measure
 from remote_agent.jobenv import job_base_env
-from remote_agent.targets import canonical_target, refusal
+from remote_agent.targets import Refused, canonical_target
 
 Result = tuple[bool, Any, str]
 
@@ -561,21 +562,20 @@ def check_gpu_idle(f: Fields) -> Result:
     return True, obs, f"{len(gpus)} GPU(s) idle"
 
 
-def check_removal_target(f: Fields) -> Result:
-    """A destructive step's delete target is not /, $HOME, the work root, an ancestor of a
-    verified artifact, nor a link out of its declared root (targets.py)."""
+def check_delete_target(f: Fields) -> Result:
+    """What a delete step removes, measured by the code that deletes it (deletion.py): the
+    resolved target, its identity and size; refused under the rules of targets.py."""
     f.path()
-    why, observed = refusal(f.str("path"), f.str("root", None), f.strs("protected", []))
-    if why:
-        return False, observed, f"refused {f.str('path')!r}: {why}"
-    try:  # exactly what the delete takes (what `rm -rf` of this target frees)
-        observed.update(dir_size(Path(observed["target"]), f.deadline(600)))
-    except (FileNotFoundError, NotADirectoryError):
-        return True, observed, f"{f.str('path')!r}: {observed['target']} is already absent"
-    except CheckError as exc:  # a slow walk does not refuse the target: it is just not sized
-        return True, observed, f"{f.str('path')!r} deletes {observed['target']} ({exc}; not sized)"
-    size = f"{_gib(observed['bytes'])} in {_files(observed['files'])}"
-    return True, observed, f"{f.str('path')!r} deletes {observed['target']}: {size}"
+    raw = f.str("path")
+    deadline = f.deadline(600)
+    try:
+        obs = measure(raw, f.str("root", None), f.strs("protected", []), deadline.check)
+    except Refused as exc:
+        return False, {"path": raw}, f"refused {raw!r}: {exc}"
+    if obs["kind"] == "absent":
+        return True, obs, f"{raw!r}: {obs['target']} is already absent"
+    size = f"{_gib(obs['bytes'])} in {_files(obs['files'])}"
+    return True, obs, f"{raw!r} deletes {obs['kind']} {obs['target']}: {size}"
 
 
 # one function per name of check_vocabulary.BOX_CHECKS (tests/runbook/test_check_vocabulary.py)
@@ -590,7 +590,7 @@ CHECKS: dict[str, Callable[[Fields], Result]] = {
     "command": check_command,
     "http_ok": check_http_ok,
     "gpu_idle": check_gpu_idle,
-    "removal_target": check_removal_target,
+    "delete_target": check_delete_target,
 }
 
 

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from runbook import env_names, fanout_expand, value_types
+from runbook.delete_lint import shell_deletion
 from runbook.interpolate import (
     VALUE_ENV_PREFIX,
     InterpolationError,
@@ -28,7 +29,7 @@ from runbook.interpolate import (
     substitute,
     substitute_shell,
 )
-from runbook.schema import CHECK_TYPES, Runbook, StepSucceeded, VarDecl
+from runbook.schema import CHECK_TYPES, Runbook, Step, StepSucceeded, VarDecl
 from runbook.shell_code import argv_lint, lint
 from runbook.yaml_source import Pos, SourceDoc, YamlError, load_yaml
 
@@ -667,6 +668,8 @@ def _cross_checks(rb: Runbook, problems: _Problems) -> None:
                 if isinstance(check, StepSucceeded) and check.step not in ids:
                     problems.add(("steps", i, field, j, "step"), f"unknown step {check.step!r}")
     for i, step in enumerate(rb.steps):
+        _refuse_shell_deletes(step, i, problems)
+    for i, step in enumerate(rb.steps):
         if step.stop is not None:
             target = rb.steps[ids[step.stop]] if step.stop in ids else None
             if target is None:
@@ -704,6 +707,17 @@ def _cross_checks(rb: Runbook, problems: _Problems) -> None:
     if cycle:
         i = ids[cycle[0]]
         problems.add(("steps", i, "requires"), "requires form a cycle: " + " -> ".join(cycle))
+
+
+def _refuse_shell_deletes(step: Step, i: int, problems: _Problems) -> None:
+    """A command that deletes a path is refused wherever it runs (runbook/delete_lint.py)."""
+    if step.run is not None and (why := shell_deletion(step.run)):
+        problems.add(("steps", i, "run"), why)
+    for field in _CHECK_LISTS:
+        for j, check in enumerate(getattr(step, field)):
+            run = getattr(check, "run", None)
+            if getattr(check, "check", None) == "command" and run and (why := shell_deletion(run)):
+                problems.add(("steps", i, field, j, "run"), f"a guard must not delete: {why}")
 
 
 def _find_cycle(rb: Runbook) -> list[str] | None:

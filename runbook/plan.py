@@ -47,7 +47,7 @@ def _norm(path: str) -> str:
 def produced_paths(step: Step) -> set[str]:
     """Paths a step leaves behind when it runs: its artifacts, the paths its postconditions
     check, and the paths its skip_if checks (Ansible's `creates:`); and what it deletes."""
-    out = {_norm(p) for p in [*step.artifacts, *step.removes]}
+    out = {_norm(p) for p in [*step.artifacts, *step.delete]}
     for check in [*step.postconditions, *step.skip_if]:
         path = getattr(check, "path", None)
         if isinstance(path, str):

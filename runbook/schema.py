@@ -9,9 +9,18 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from remote_agent.check_vocabulary import RUNBOOK_CHECKS
+from remote_agent.targets import glob_refusal
 from runbook.units import parse_duration, parse_size
 
 Size = Annotated[int, BeforeValidator(parse_size)]
@@ -26,6 +35,23 @@ class _Strict(BaseModel):
 
 
 Command = str | list[str]  # shell string (values already quoted) or argv
+
+
+def delete_path_refusal(path: str) -> str | None:
+    """Why a `delete:` path is refused before anything runs (the agent applies the same rules
+    and the rest on the box: remote_agent/targets.py)."""
+    if not path.strip():
+        return "a delete path is empty (an unset variable?)"
+    if ".." in path.split("/"):
+        return "a delete path may not contain `..`: write the path it means"
+    return glob_refusal(path)
+
+
+def _delete_path(path: str) -> str:
+    why = delete_path_refusal(path)
+    if why:
+        raise ValueError(f"{path!r}: {why}")
+    return path
 
 
 def _nonempty_command(v: Any) -> Any:
@@ -267,9 +293,33 @@ class Step(_Strict):
     # its `service.restarts`, audited as service.restarted), so a retry resumes against it
     uses: list[str] = Field(default_factory=list)
     stop: str | None = None  # id of a service step whose job this step stops (no `run:`)
-    # what a destructive step deletes, and the root it must stay inside (docs/SAFETY.md)
-    removes: list[str] = Field(default_factory=list)
-    removes_within: str | None = None
+    # the delete action (docs/SAFETY.md "Deletes"): the agent itself removes exactly these
+    # paths, each under `delete_within:`, as measured and confirmed; the step has no `run:`
+    delete: list[Annotated[str, AfterValidator(_delete_path)]] = Field(default_factory=list)
+    delete_within: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removes_is_gone(cls, data: Any) -> Any:
+        if isinstance(data, dict) and ("removes" in data or "removes_within" in data):
+            raise ValueError(
+                "`removes:`/`removes_within:` are gone: a step deletes with `delete: [paths]` "
+                "and `delete_within: root` and no `run:` (the agent deletes exactly what it "
+                "measured; docs/RUNBOOKS.md)"
+            )
+        return data
+
+    @property
+    def launches_job(self) -> bool:
+        """It runs a job on the box: its `run:`, or the agent's delete."""
+        return self.run is not None or bool(self.delete)
+
+    @property
+    def shown_command(self) -> Any:
+        """What the step runs, as shown and audited: its `run:`, or the delete it asks of the agent."""
+        if self.delete:
+            return f"delete (by the agent) {' '.join(self.delete)} within {self.delete_within}"
+        return self.run
 
     @field_validator("skip_if", mode="before")
     @classmethod
@@ -299,10 +349,30 @@ class Step(_Strict):
             raise ValueError(
                 "a destructive step needs `confirm:` (the prompt shown before it runs)"
             )
-        if self.removes and not (self.destructive and self.removes_within):
-            raise ValueError(
-                "`removes:` is for destructive steps and needs `removes_within:` (its root)"
-            )
+        if self.delete or self.delete_within:
+            if not (self.delete and self.delete_within):
+                raise ValueError(
+                    "`delete:` (the paths) and `delete_within:` (their root) go together"
+                )
+            if not self.destructive:
+                raise ValueError("a `delete:` step must be `destructive: true` (with `confirm:`)")
+            clash = [
+                k
+                for k, v in (
+                    ("run", self.run),
+                    ("stop", self.stop),
+                    ("service", self.service),
+                    ("hosts", self.hosts),
+                    ("retry", self.retry),
+                    ("timeout", self.timeout),
+                    ("cwd", self.cwd),
+                )
+                if v is not None
+            ] + [k for k, v in (("env", self.env), ("detach", self.detach)) if v]
+            if clash:
+                raise ValueError(
+                    f"a `delete:` step is done by the agent itself: remove {', '.join(clash)}"
+                )
         if self.run is None and (self.detach or self.retry or self.timeout or self.service):
             raise ValueError("detach, retry, timeout and service need `run:`")
         if self.retry is not None and "lost" in self.retry.on and not self.idempotent:

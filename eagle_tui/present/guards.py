@@ -4,7 +4,7 @@ A guard result (runbook/engine/guards.py) carries its phase. A precondition pass
 (✗); in a dry run one whose input an earlier step produces is pending on that step (⋯). A skip_if
 condition holds (the step is skipped) or does not (the step runs: not a failure). A
 postcondition is the proof the step did what it says (or its failure). A destructive step's
-delete target says how much exactly it removes (what `rm -rf` would take, not a dir entry)."""
+delete target says how much exactly the agent removes (as it measured it, not a dir entry)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def phase_of(result: Mapping[str, Any], default: str = "pre") -> str:
 
 
 def removal_text(observed: Any) -> str | None:
-    """`removes 7.6 MiB in 12 files` from a removal_target's observed value, when measured."""
+    """`removes 7.6 MiB in 12 files` from a delete_target's observed value, when measured."""
     if not isinstance(observed, dict) or observed.get("bytes") is None:
         return None
     files = observed.get("files")
@@ -71,10 +71,12 @@ def view(result: Mapping[str, Any], default_phase: str = "pre") -> GuardView:
     else:
         mark, style, verdict = ("✓", "green", "passed") if ok else ("✗", "red", "blocks")
     removes = (
-        removal_text(result.get("observed")) if result.get("check") == "removal_target" else None
+        removal_text(result.get("observed")) if result.get("check") == "delete_target" else None
     )
     if removes and ok:  # the size is the verdict; the message would only repeat it
-        verdict, message = removes, f"the resolved target is {result['observed'].get('target')}"
+        obs = result["observed"]
+        verdict = removes if obs.get("kind") != "absent" else "already absent"
+        message = f"the agent deletes {obs.get('kind')} {obs.get('target')} (exactly this one)"
     return GuardView(
         mark,
         style,

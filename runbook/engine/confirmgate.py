@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from runbook.engine.confirm import ConfirmRequest
+from runbook.engine.confirm import ConfirmRequest, delete_list, targets_text
 from runbook.engine.core import EngineCore
-from runbook.events import BLOCKED
+from runbook.events import BLOCKED, Notice
 from runbook.schema import Step
 
 
@@ -17,7 +17,9 @@ class ConfirmGateMixin(EngineCore):
         """True when the step may go ahead; False after recording it blocked."""
         if step.id in self._confirmed:
             return True
-        req = ConfirmRequest(step.id, step.title, step.confirm or "", step.run, tuple(pre))
+        req = ConfirmRequest(
+            step.id, step.title, step.confirm or "", step.shown_command, tuple(pre)
+        )
         decision = await self.confirmer(req)
         if decision is None:
             self._set(
@@ -35,9 +37,14 @@ class ConfirmGateMixin(EngineCore):
             mode=decision.mode,
             typed=decision.typed,
             prompt=step.confirm,
-            command=step.run,
+            command=step.shown_command,
             evidence=pre,
+            **({"targets": delete_list(pre)} if step.delete else {}),
             where=self._where(self.host_of(step)),
         )
         self._confirmed.add(step.id)
+        if step.delete:  # the headless console shows what was confirmed, as measured
+            self.emit(
+                Notice("info", f"{step.id}: confirmed ({decision.mode}): " + targets_text(pre))
+            )
         return True

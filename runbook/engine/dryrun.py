@@ -46,8 +46,8 @@ class DryRunMixin(EngineCore):
             if state in WAITING:
                 earlier.append(step)
             what = (
-                step.run
-                if step.run is not None
+                step.shown_command
+                if step.launches_job
                 else (f"(stops the {step.stop} service)" if step.stop else None)
             )
             self.emit(DryRunStep(sid, self.host_of(step), what, step.destructive, state, why))

@@ -31,7 +31,7 @@ class GuardsMixin(EngineCore):
             if isinstance(check, StepSucceeded):
                 res = self._step_succeeded(check)
             elif check.check == "dir_size" and any(
-                r["check"] == "removal_target" and not r["ok"] for r in results
+                r["check"] == "delete_target" and not r["ok"] for r in results
             ):  # never walk a refused target (it may be / or $HOME)
                 res = {"ok": False, "observed": None, "message": "not measured: target refused"}
             else:

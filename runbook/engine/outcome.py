@@ -74,6 +74,8 @@ class OutcomeMixin(EngineCore):
                 )
         if status == SUCCEEDED and step.artifacts:
             fields["artifacts"] = await self._artifacts(step)
+        if step.delete and rec.progress and rec.progress.get("kind") == "result":
+            fields["deleted"] = rec.progress  # the agent's own account: measured, freed, result
         fields["guards"] = rec.guards
         if status == SUCCEEDED and reason is None and job_end is None:
             reason = "guards_passed"

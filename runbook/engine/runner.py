@@ -103,7 +103,7 @@ class RunnerMixin(EngineCore):
         rec = self.state.steps[step_id]
         if rec.status in DONE:
             return rec.status
-        if step.run is not None:  # one driver per work on every box a step uses
+        if step.launches_job:  # one driver per work on every box a step uses
             await box_claim.hold_on(self, self.host_of(step))
         if rec.status == RUNNING and rec.job_id:
             return await self._run_job(step, rec, reattach=True)
@@ -151,7 +151,7 @@ class RunnerMixin(EngineCore):
         return rec.status == FAILED and rec.reason == "exit_code" and rec.exit_code in triggers
 
     async def _attempt(self, step: Step, rec: StepRecord) -> str:
-        if step.run is not None:  # connect first: every record of the step names the host key
+        if step.launches_job:  # connect first: every record of the step names the host key
             await (await self.session(self.host_of(step))).connection()
         pre = await self.evaluate(step, self.pre_checks(step), "pre")
         rec.guards = pre
@@ -169,7 +169,7 @@ class RunnerMixin(EngineCore):
             return BLOCKED
         if step.stop is not None:
             return await self._stop_service(step, rec)
-        if step.run is None:  # a gate: guards only
+        if not step.launches_job:  # a gate: guards only
             return await self._finish_ok_or_post(step, rec, start=time.time(), job_end=None)
         rec.attempt += 1
         assert self.state and self.store
@@ -179,7 +179,7 @@ class RunnerMixin(EngineCore):
         rec.started_at, rec.ended_at = time.time(), None
         rec.log_remote_offset = rec.log_mirror_size = 0
         rec.log_file = str(self.store.log_path(step.id, rec.attempt))
-        rec.command = step.run
+        rec.command = step.shown_command
         rec.progress = None
         rec.spool_id = (await self.session(rec.host)).hello.get("spool_id")
         # Recorded before launching: after a crash we look for this job id instead of relaunching.
@@ -189,7 +189,7 @@ class RunnerMixin(EngineCore):
             None,
             None,
             {
-                "command": step.run,
+                "command": step.shown_command,
                 "env": step.env,
                 "cwd": step.cwd,
                 "detach": step.detach,
@@ -207,7 +207,9 @@ class RunnerMixin(EngineCore):
     async def _start_job(self, step: Step, rec: StepRecord) -> None:
         assert self.state
         guards = self.launch_guards(step, rec)  # destructive: re-checked by the agent at launch
-        extra = {} if guards is None else {"guards": guards}
+        extra: dict = {} if guards is None else {"guards": guards}
+        if step.delete:  # the agent's own delete job: it runs no command of ours
+            extra["delete"] = self.delete_request(step)  # type: ignore[attr-defined]
         try:
             answer = await self.call(
                 rec.host or self.host_of(step),
@@ -221,7 +223,7 @@ class RunnerMixin(EngineCore):
                 env={**step.env, **step.run_env},
                 secret_env={var: self.secrets[name] for var, name in step.secret_env.items()},
                 timeout_s=step.timeout,
-                detach=step.detach,
+                detach=step.detach or bool(step.delete),  # a delete outlives the connection
                 **extra,
             )
         except AgentError as exc:

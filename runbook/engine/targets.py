@@ -1,8 +1,9 @@
-"""Delete targets: a destructive step's `removes:` become `removal_target` guards on the box.
+"""Delete targets: each path of a `delete:` step becomes a `delete_target` guard on the box.
 
-The agent resolves each target as the command will (remote_agent/targets.py) and refuses /,
-$HOME, the declared root (`removes_within:`) or an ancestor of it, a link out of that root,
-and any ancestor of an artifact a guard verified in this run (collected here as guards pass).
+The agent measures each target with the code that deletes it (remote_agent/deletion.py) and
+refuses what the rules of remote_agent/targets.py forbid, including any ancestor of an artifact
+a guard verified in this run (collected here as guards pass, sent as `protected`). The same
+list goes with the job's launch (`delete_request`), so the deletion protects the same files.
 """
 
 from __future__ import annotations
@@ -14,17 +15,18 @@ from runbook.engine.core import EngineCore
 from runbook.schema import Step
 
 # checks whose passing means "this file is a verified artifact": a delete must not contain it
-VERIFYING = frozenset({"manifest", "sha256", "jsonl_records", "path_exists"})
+# (`path_exists` says only that a path is there: often the very thing a later step deletes)
+VERIFYING = frozenset({"manifest", "sha256", "jsonl_records"})
 
 
 @dataclass(frozen=True)
-class RemovalTarget:
+class DeleteTarget:
     """A guard built by the engine (not written in the runbook); quacks like a schema check."""
 
     path: str
     root: str | None
     protected: set[str]  # the engine's live set: read when the probe is sent, not when built
-    check: str = "removal_target"
+    check: str = "delete_target"
 
     @property
     def title(self) -> str:
@@ -53,11 +55,18 @@ def verified_paths(check: Any, res: dict[str, Any]) -> list[str]:
 class TargetsMixin(EngineCore):
     def pre_checks(self, step: Step) -> list[Any]:
         """The step's guards in evaluation order: those that verify artifacts (so the targets
-        know what to protect), one removal_target per `removes:` path, then the rest (so a
+        know what to protect), one delete_target per `delete:` path, then the rest (so a
         refused target is not walked by a dir_size guard)."""
-        targets = [RemovalTarget(p, step.removes_within, self._verified) for p in step.removes]
+        targets = [DeleteTarget(p, step.delete_within, self._verified) for p in step.delete]
         if not targets:
             return list(step.preconditions)
         first = [c for c in step.preconditions if c.check in VERIFYING | {"step_succeeded"}]
         rest = [c for c in step.preconditions if c not in first]
         return [*first, *targets, *rest]
+
+    def delete_request(self, step: Step) -> dict[str, Any]:
+        """`job.start`'s args.delete: the targets and what they must not contain."""
+        return {
+            "targets": [{"path": p, "root": step.delete_within} for p in step.delete],
+            "protected": sorted(self._verified),
+        }

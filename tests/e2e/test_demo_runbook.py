@@ -53,12 +53,17 @@ def test_demo_runs_to_exit_0_and_its_audit_verifies(tmp_path):
     assert set(finals) == set(status["steps"])
     confirmed = [r for r in records if r["event"] == "step.confirmed"]
     assert [c["step"] for c in confirmed] == ["delete-old-states"]
-    # the evidence shown for the delete says how many bytes it frees: the removal target's
-    # measure of exactly what `rm -rf` takes (the one walk of the target per evaluation)
+    # the evidence shown for the delete says how many bytes it frees: the agent's measure of
+    # exactly the target it then deletes itself (the one walk of the target per evaluation)
     evidence = confirmed[0]["evidence"]
     assert not [g for g in evidence if g["check"] == "dir_size"]
-    (target,) = [g for g in evidence if g["check"] == "removal_target"]
+    (target,) = [g for g in evidence if g["check"] == "delete_target"]
     assert target["ok"] and target["observed"]["bytes"] == 8_000_000
+    assert [t["bytes"] for t in confirmed[0]["targets"]] == [8_000_000]
+    # ... and the agent's account of the deletion: that target, those bytes freed
+    deleted = finals["delete-old-states"]["deleted"]
+    assert deleted["freed_bytes"] == 8_000_000
+    assert [t["result"] for t in deleted["targets"]] == ["deleted"]
     work = tmp_path / "eagle3-demo" / status["run_id"]
     assert not (work / "old-hidden-states").exists()
     evaluation = json.loads((work / "eval.json").read_text())

@@ -69,7 +69,9 @@ def test_delete_waits_for_a_verified_merge_and_a_confirmation(tmp_path, tiny_tar
     (confirmed,) = [r for r in records if r["event"] == "step.confirmed"]
     assert confirmed["mode"] == "yes_flag"
     assert not [g for g in confirmed["evidence"] if g["check"] == "dir_size"]
-    (freed,) = [g for g in confirmed["evidence"] if g["check"] == "removal_target"]
+    (freed,) = [g for g in confirmed["evidence"] if g["check"] == "delete_target"]
     assert freed["ok"] and freed["observed"]["bytes"] == 123_456
+    (done,) = [r for r in records if r["event"] == "step.state" and "deleted" in r]
+    assert done["deleted"]["freed_bytes"] == 123_456
     manifest = json.loads((data / "merged.manifest.json").read_text())
     assert manifest["dropped_sources"] == ["longctx"]

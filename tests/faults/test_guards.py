@@ -1,6 +1,6 @@
 """Attacks on "guards are fresh" and "destructive targets": files changed while the operator
 confirms, symlinked targets, forbidden delete targets. Real engine, real local agent (a
-subprocess over pipes), real `rm -rf`; each trial counted in the tally."""
+subprocess over pipes), the agent's own delete job; each trial counted in the tally."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 
 from runbook.audit import read_records
 from runbook.engine import Confirmation, Engine
-from runbook.loader import load_runbook
+from runbook.loader import RunbookError, load_runbook
 from runbook.transports import TransportOptions
 from runbook.transports.factory import make_transport_factory
 from tests.faults.tally import trials
@@ -32,11 +32,10 @@ vars:
 steps:
   - id: wipe
     title: Delete the old states
-    run: {run}
+    delete: ["${{old}}"]
+    delete_within: "${{work}}"
     destructive: true
     confirm: Delete ${{old}}?
-    removes: ["${{old}}"]
-    removes_within: "${{work}}"
     preconditions:
       - {{check: manifest, path: "${{work}}/merged.manifest.json", title: merged file}}
       - {{check: dir_size, path: "${{old}}", min: 0, title: bytes freed}}
@@ -59,19 +58,20 @@ def make_work(root: Path, rng: random.Random) -> tuple[Path, Path]:
 
 
 def run_engine(
-    root: Path, work: Path, old: str, run: str, during_confirm=None, remote=None
+    root: Path, work: Path, old: str, during_confirm=None, remote=None, dry: bool = False
 ) -> tuple:
     """One run of the `wipe` step; `during_confirm` mutates the box while the "modal" is open.
 
     `remote`: (host, options) to drive the box over SSH (the test sshd on loopback, so the
     box's files are this machine's) instead of the local agent."""
     rb_path = root / "rb.yaml"
-    text = RUNBOOK.format(work=json.dumps(str(work)), old=json.dumps(old), run=run)
+    text = RUNBOOK.format(work=json.dumps(str(work)), old=json.dumps(old))
     rb_path.write_text(text if remote is None else f"host: {remote[0]}\n{text}")
     state = root / "state"
     os.environ["EAGLE_TUI_SPOOL"] = str(root / "spool")
     loaded = load_runbook(rb_path, state_dir=state)
     shown: list = []
+    evaluated: list = []  # every guard result, as the engine emitted it
 
     async def confirmer(req):
         shown.append(req.evidence)
@@ -81,17 +81,26 @@ def run_engine(
 
     async def main():
         options = remote[1] if remote is not None else None
-        engine = Engine(loaded, state, make_transport_factory(state, options), confirmer)
+        engine = Engine(
+            loaded,
+            state,
+            make_transport_factory(state, options),
+            confirmer,
+            listeners=[lambda e: evaluated.extend(getattr(e, "results", ()))],
+        )
         # one id per trial: over SSH every trial shares the box's spool (and its audit heads)
         await engine.open("r-" + hashlib.sha256(str(root).encode()).hexdigest()[:12])
         try:
-            await engine.run_step("wipe")
+            await (engine.dry_run() if dry else engine.run_step("wipe"))
         finally:
             await engine.close()
         return engine
 
     engine = asyncio.run(main())
+    assert engine.state is not None and engine.store is not None
     rec = engine.state.steps["wipe"]
+    if dry:
+        rec = rec.model_copy(update={"guards": evaluated})
     audit = read_records(engine.store.audit_path)
     return rec, audit, shown
 
@@ -128,10 +137,8 @@ def stale_trials(tmp_path, tally, rng, n: int, attack_class: str, remote=None) -
                 shutil.rmtree(old)
                 old.symlink_to(outside, target_is_directory=True)
 
-        target = f"{old}/" if attack == "swap to link" else str(old)
-        rec, audit, shown = run_engine(
-            root, work, target, json.dumps(["rm", "-rf", target]), mutate, remote
-        )
+        target = str(old)
+        rec, audit, shown = run_engine(root, work, target, mutate, remote)
         final = [r for r in audit if r["event"] == "step.state"][-1]
         intact = (outside / "precious").exists() and (
             attack == "swap to link" or all((old / n).exists() for n in keep)
@@ -151,17 +158,26 @@ def stale_trials(tmp_path, tally, rng, n: int, attack_class: str, remote=None) -
 def test_unchanged_evidence_runs_and_audits_launch_evidence(tmp_path):
     root = _fresh(tmp_path, 0)
     work, old = make_work(root, random.Random(7))
-    rec, audit, _ = run_engine(root, work, str(old), json.dumps(["rm", "-rf", str(old)]))
+    size = sum(p.stat().st_size for p in old.iterdir())
+    rec, audit, _ = run_engine(root, work, str(old))
     assert rec.status == "succeeded" and not old.exists()
     launch = [r for r in audit if r["event"] == "step.launch_guards"]
     assert len(launch) == 1 and all(g["ok"] for g in launch[0]["guards"])
+    confirmed = next(r for r in audit if r["event"] == "step.confirmed")
+    assert [t["target"] for t in confirmed["targets"]] == [str(old)]
+    assert confirmed["targets"][0]["bytes"] == size
+    done = [r for r in audit if r["event"] == "step.state"][-1]
+    assert done["deleted"]["freed_bytes"] == size
+    assert done["deleted"]["targets"][0]["result"] == "deleted"
 
 
-def test_symlink_target_evidence_is_what_rm_deletes(tmp_path, tally):
+def test_symlink_target_is_the_link_itself(tmp_path, tally):
     symlink_trials(tmp_path, tally, random.Random(1302), 20, "symlink target")
 
 
 def symlink_trials(tmp_path, tally, rng, n: int, attack_class: str, remote=None) -> None:
+    """A link as the last component is deleted as a link (its target intact); written with a
+    trailing `/` (where `rm -rf link/` empties the target) it is refused, nothing removed."""
     for i in range(trials(n)):
         root = _fresh(tmp_path, i)
         work, _old = make_work(root, rng)
@@ -172,19 +188,22 @@ def symlink_trials(tmp_path, tally, rng, n: int, attack_class: str, remote=None)
         (real / "data.bin").write_bytes(b"z" * size)
         link = work / "old-link"
         link.symlink_to(real, target_is_directory=True)
-        target = f"{link}/"  # `rm -rf link/` deletes the link target's contents
-        rec, _audit, shown = run_engine(
-            root, work, target, json.dumps(["rm", "-rf", target]), remote=remote
-        )
-        sizes = (
-            [g["observed"]["bytes"] for g in shown[0] if g["check"] == "dir_size"] if shown else []
-        )
-        if inside:
-            held = sizes == [size] and rec.status == "succeeded"
+        slash = rng.random() < 0.5
+        target = f"{link}/" if slash else str(link)
+        rec, _audit, shown = run_engine(root, work, target, remote=remote)
+        data_intact = (real / "data.bin").read_bytes() == b"z" * size
+        if slash:
+            held = rec.status == "blocked" and data_intact and link.is_symlink() and not shown
         else:
-            held = rec.status == "blocked" and (real / "data.bin").exists() and not shown
+            kinds = [g["observed"]["kind"] for g in shown[0] if g["check"] == "delete_target"]
+            held = (
+                rec.status == "succeeded"
+                and kinds == ["symlink"]
+                and data_intact
+                and not os.path.lexists(link)
+            )
         tally.trial(attack_class, held)
-        assert held, (inside, sizes, size, rec.status, rec.message)
+        assert held, (inside, slash, rec.status, rec.message)
 
 
 def test_forbidden_delete_targets_refused_before_anything_runs(tmp_path, tally):
@@ -194,7 +213,6 @@ def test_forbidden_delete_targets_refused_before_anything_runs(tmp_path, tally):
         root = _fresh(tmp_path, i)
         work, _old = make_work(root, rng)
         kind = kinds[i % len(kinds)] if i < len(kinds) else rng.choice(kinds)
-        marker = root / "ran"
         if kind == "/":
             target = "/"
         elif kind == "home":
@@ -216,13 +234,27 @@ def test_forbidden_delete_targets_refused_before_anything_runs(tmp_path, tally):
             out.mkdir()
             (work / "escape").symlink_to(out, target_is_directory=True)
             target = f"{work}/escape/"
-        # the command only marks that it ran: never a real delete of / or $HOME, even on old code
-        run = json.dumps(["touch", str(marker)])
-        rec, _audit, _shown = run_engine(root, work, target, run)
-        refused = [g for g in rec.guards or [] if g["check"] == "removal_target" and not g["ok"]]
-        held = rec.status == "blocked" and not marker.exists() and len(refused) == 1
+        # / and $HOME only in a dry run (read-only probes): never a real delete of them, even
+        # if the refusal were broken; the rest through the real delete job
+        before = _tree(root)
+        dry = kind in ("/", "home")
+        try:
+            rec, _audit, _shown = run_engine(root, work, target, dry=dry)
+        except RunbookError as exc:  # `..`: refused by the loader, before any box is asked
+            held = "`..`" in str(exc) and _tree(root) == before
+            tally.trial("forbidden delete target", held)
+            assert held, (kind, str(exc))
+            continue
+        refused = [g for g in rec.guards or [] if g["check"] == "delete_target" and not g["ok"]]
+        held = (rec.status == "blocked" or dry) and _tree(root) == before and len(refused) == 1
         tally.trial("forbidden delete target", held)
         assert held, (kind, target, rec.status, rec.message)
+
+
+def _tree(root: Path) -> list[str]:
+    """The box's files of a trial (not the runbook, the run state or the agent's spool)."""
+    skip = {"state", "spool", "rb.yaml"}
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if not skip & set(p.parts))
 
 
 @pytest.mark.sshd

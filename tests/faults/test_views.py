@@ -130,12 +130,11 @@ def _bytes_on_disk(root: Path) -> int:
     return total
 
 
-def test_the_delete_evidence_is_what_rm_frees(tmp_path, tally):
-    """The size a destructive step's target shows is what `rm -rf` then frees: a directory's
-    contents (not its 4096-byte entry), a link's target only with a trailing slash, hard links
-    inside once; measured by the bytes that really went."""
-    import subprocess
-
+def test_the_delete_evidence_is_what_the_delete_frees(tmp_path, tally):
+    """The size a delete target shows is what the agent's delete then frees: a directory's
+    contents (not its 4096-byte entry), a link as the link itself, a link written with `/`
+    refused (nothing freed), hard links inside once; measured by the bytes that really went."""
+    from remote_agent.deletion import SPEC, run_job
     from remote_agent.probes import run_probe
 
     rng = random.Random(21)
@@ -152,10 +151,22 @@ def test_the_delete_evidence_is_what_rm_frees(tmp_path, tally):
             os.link(first, old / "sub" / "hard.bin")  # one inode, counted once
         (work / "lnk").symlink_to(old)
         raw = rng.choice([str(old), f"{work}/lnk/", f"{work}/lnk", f"{old}/"])
-        res = run_probe({"check": "removal_target", "path": raw, "root": str(work)})
+        res = run_probe({"check": "delete_target", "path": raw, "root": str(work)})
         before = _bytes_on_disk(work)
-        subprocess.run(["rm", "-rf", raw], check=False, capture_output=True)
+        if res["ok"]:
+            jd = tmp_path / f"w{i}" / "job"
+            jd.mkdir()
+            target = {"path": raw, "root": str(work), "expect": res["observed"]}
+            (jd / SPEC).write_text(json.dumps({"targets": [target], "protected": []}))
+            run_job(str(jd))
         freed = before - _bytes_on_disk(work)
-        shown = (res.get("observed") or {}).get("bytes")
-        held = bool(res["ok"]) and shown == freed
-        assert tally.trial("delete evidence: size shown vs bytes rm freed", held), (raw, res, freed)
+        if raw == f"{work}/lnk/":  # `rm -rf lnk/` would empty old: refused, nothing freed
+            held = not res["ok"] and freed == 0 and "trailing" in res["message"]
+        else:
+            shown = (res.get("observed") or {}).get("bytes")
+            held = bool(res["ok"]) and shown == freed
+        assert tally.trial("delete evidence: size shown vs bytes the delete freed", held), (
+            raw,
+            res,
+            freed,
+        )

@@ -27,9 +27,8 @@ steps:
     title: Delete the old copy
     destructive: true
     confirm: delete ${{work}}/old?
-    run: [rm, -rf, "${{work}}/old"]
-    removes: ["${{work}}/old"]
-    removes_within: "${{work}}"
+    delete: ["${{work}}/old"]
+    delete_within: "${{work}}"
     preconditions:
       - {{check: step_succeeded, step: make, title: data made in this run}}
     postconditions:
@@ -100,7 +99,7 @@ def test_the_markdown_audit_is_the_record_of_a_real_run(cli, tmp_path):
     proofs = section(md, "## Guards and proofs")
     wipe = proofs.split("### `wipe` (succeeded)", 1)[1].split("###", 1)[0]
     assert "✓ guard data made in this run: passed" in wipe
-    assert "removes 64.0 KiB in 1 file" in wipe  # exactly what rm -rf took, not a dir entry
+    assert "removes 64.0 KiB in 1 file" in wipe  # exactly what the agent took, not a dir entry
     assert "✓ proof old copy gone: proven" in wipe
     assert "ended_at=20" in wipe and "e+09" not in wipe  # local ISO time, not a float
     already = proofs.split("### `already` (succeeded)", 1)[1].split("###", 1)[0]

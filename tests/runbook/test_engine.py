@@ -27,7 +27,8 @@ steps:
     title: Delete the old data
     destructive: true
     confirm: delete ${{work}}/old?
-    run: [rm, -rf, "${{work}}/old"]
+    delete: ["${{work}}/old"]
+    delete_within: "${{work}}"
     preconditions:
       - {{check: step_succeeded, step: verify}}
 """

@@ -29,7 +29,8 @@ steps:
       - {check: disk_free, path: "${root}", min: 1.5GiB}
   - id: wipe
     title: Wipe
-    run: [rm, -rf, "${root}/old"]
+    delete: ["${root}/old"]
+    delete_within: "${root}"
     requires: [prep]
     destructive: true
     confirm: "delete ${root}/old?"
@@ -48,7 +49,7 @@ def test_valid_runbook_interpolates_and_quotes():
     rb = load_text(BASE, "rb.yaml").runbook
     prep, wipe = rb.steps
     assert prep.run == "echo /data/merged.jsonl 5"
-    assert wipe.run == ["rm", "-rf", "/data/old"]
+    assert wipe.run is None and wipe.delete == ["/data/old"] and wipe.delete_within == "/data"
     assert prep.env == {"PLAIN": "/data"}
     assert prep.secret_env == {"API_KEY": "KEY"}  # the secret's value never enters the model
     check = prep.preconditions[0]
@@ -185,7 +186,7 @@ def test_yaml_11_boolean_keys_are_taken_as_written():
 
 
 def test_shipped_runbooks_walk_each_delete_target_once():
-    """A delete's size is its removal_target evidence (from `removes:`), which walks the target;
+    """A delete's size is its delete_target evidence (from `delete:`), which walks the target;
     a `dir_size` guard on the same path would walk a multi-TB directory a second time on every
     evaluation and again at launch. The shipped runbooks carry none."""
     from runbook.loader import load_runbook
@@ -195,4 +196,49 @@ def test_shipped_runbooks_walk_each_delete_target_once():
         rb = load_runbook(path).runbook
         for step in rb.steps:
             sized = {c.path for c in step.preconditions if c.check == "dir_size"}
-            assert not sized & set(step.removes), (path.name, step.id)
+            assert not sized & set(step.delete), (path.name, step.id)
+
+
+DELETE_STEP = """\
+name: d
+steps:
+  - id: wipe
+    title: Wipe
+    destructive: true
+    confirm: wipe?
+{body}
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "expect"),
+    [
+        (
+            '    delete: ["/w/old*"]\n    delete_within: /w',
+            "rb.yaml:7:14: steps[0].delete[0]: '/w/old*'",
+        ),
+        ('    delete: ["/w/{a,b}"]\n    delete_within: /w', "is not expanded here"),
+        ('    delete: ["/w/a/../b"]\n    delete_within: /w', "may not contain `..`"),
+        ('    delete: ["/w/old"]', "`delete:` (the paths) and `delete_within:`"),
+        (
+            '    delete: ["/w/old"]\n    delete_within: /w\n    run: "true"',
+            "done by the agent itself: remove run",
+        ),
+        ("    run: [rm, -rf, /w/old]", "rb.yaml:7:10: steps[0].run: `rm` removes files"),
+        (
+            "    run: [rm, -rf, /w/old]\n    removes: [/w/old]\n    removes_within: /w",
+            "`removes:`/`removes_within:` are gone",
+        ),
+    ],
+)
+def test_delete_steps_are_checked_where_written(body, expect):
+    found = problems(DELETE_STEP.format(body=body))
+    assert any(expect in p for p in found), found
+
+
+def test_a_delete_step_needs_destructive():
+    text = DELETE_STEP.format(body='    delete: ["/w/old"]\n    delete_within: /w')
+    found = problems(
+        text.replace("    destructive: true\n", "").replace("    confirm: wipe?\n", "")
+    )
+    assert any("must be `destructive: true`" in p for p in found), found

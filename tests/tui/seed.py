@@ -70,14 +70,14 @@ def _guards() -> dict[str, list[dict[str, Any]]]:
         ],
         "wipe": [
             {
-                "check": "removal_target",
+                "check": "delete_target",
                 "title": "delete target /srv/eagle/work/old",
                 "phase": "pre",
                 "ok": True,
                 "observed": {
                     "path": "/srv/eagle/work/old",
                     "target": "/srv/eagle/work/old",
-                    "link": False,
+                    "kind": "dir",
                     "bytes": 924 << 30,
                     "files": 37_312,
                 },

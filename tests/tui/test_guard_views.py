@@ -30,9 +30,8 @@ steps:
     title: Delete the old data
     destructive: true
     confirm: Delete the old data?
-    run: [rm, -rf, "${work}/old"]
-    removes: ["${work}/old"]
-    removes_within: "${work}"
+    delete: ["${work}/old"]
+    delete_within: "${work}"
     requires: [make]
     preconditions:
       - {check: dir_size, path: "${work}/old", min: 1, title: bytes this frees}
@@ -101,6 +100,7 @@ async def test_the_confirmation_shows_what_the_delete_removes(env):
         assert any("Type the step id wipe to run it" in t for t in labels), labels
         evidence = modal.query_one("#confirm-evidence Static").visual.plain
         assert "removes 64.0 KiB in 1 file" in evidence and "4096" not in evidence
+        assert f"the agent deletes dir {env.work / 'old'} (exactly this one)" in evidence
         await type_confirmation(pilot, "wipe")
         await wait_for(pilot, lambda: status(app, "wipe") == "succeeded", what="wipe", timeout=60)
         app.main.select("wipe")

@@ -20,7 +20,7 @@ steps:
     confirm: Remove ${work}/scratch?
     preconditions:
       - {check: dir_size, path: "${work}/scratch", max: 1GiB, title: scratch size}
-    run: test -e ${work}/second || { touch ${work}/second; exit 1; }; rm -rf ${work}/scratch
+    run: test -e ${work}/second || { touch ${work}/second; exit 1; }; touch ${work}/scratch/done
 """
 
 
@@ -53,4 +53,4 @@ async def test_retry_of_a_destructive_step_asks_again(env, tmp_path):
         assert status(app, "wipe") != "running"  # nothing runs before it is typed
         await _confirm(pilot, app)
         await wait_for(pilot, lambda: status(app, "wipe") == "succeeded", what="retry succeeds")
-        assert not (env.work / "scratch").exists()
+        assert (env.work / "scratch" / "done").exists()  # the retry ran, once confirmed

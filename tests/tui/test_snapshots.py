@@ -54,7 +54,7 @@ def test_confirmation_modal(snap_compare, tmp_path):
         await _ready(pilot)
         step = app.engine.rb.step("wipe")
         evidence = tuple(app.record("wipe").guards)
-        req = ConfirmRequest("wipe", step.title, step.confirm or "", step.run, evidence)
+        req = ConfirmRequest("wipe", step.title, step.confirm or "", step.shown_command, evidence)
         app.run_worker(app.confirm(req), name="confirm-snapshot")
         await wait_for(
             pilot,

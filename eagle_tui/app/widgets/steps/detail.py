@@ -48,7 +48,7 @@ def detail_markup(
         lines.append(Content("  ") + Content(" · ").join(facts))
     if rec.message:
         lines.append(markup("  [dim]$v[/]", v=rec.message))
-    cmd = rec.command if rec.command is not None else step.run
+    cmd = rec.command if rec.command is not None else step.shown_command
     lines.append(markup("  [dim]$$[/] $v", v=command_text(cmd)))
     results = guard_view.current(
         guard_view.flatten(guards) or [{"phase": "pre", **g} for g in rec.guards], rec.status
