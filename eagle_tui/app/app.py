@@ -44,6 +44,7 @@ from runbook.agent_client import AgentError
 from runbook.audit_seal import AuditBreak
 from runbook.box_claim import EXIT_LOCKED, DriverLocked
 from runbook.engine import EXIT_OK, Confirmation, ConfirmRequest, Engine
+from runbook.escape import terminal
 from runbook.events import (
     BLOCKED,
     DONE,
@@ -136,7 +137,7 @@ class CockpitApp(App[int]):
     def _notice(self, m: msg.NoticeArrived) -> None:
         ev = m.event
         self.notify(
-            ev.message,
+            terminal(ev.message),  # a notice may quote the box
             severity={"warning": "warning", "error": "error"}.get(ev.level, "information"),
         )
 

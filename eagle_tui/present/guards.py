@@ -4,7 +4,8 @@ A guard result (runbook/engine/guards.py) carries its phase. A precondition pass
 (✗); in a dry run one whose input an earlier step produces is pending on that step (⋯). A skip_if
 condition holds (the step is skipped) or does not (the step runs: not a failure). A
 postcondition is the proof the step did what it says (or its failure). A destructive step's
-delete target says how much exactly it removes (what `rm -rf` would take, not a dir entry)."""
+delete target says how much exactly it removes (what `rm -rf` would take, not a dir entry).
+Every text part is passed through runbook/escape.terminal: guard output comes from the box."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 from rich.text import Text
 
 from eagle_tui.present.values import observed_text
+from runbook.escape import terminal
 from runbook.units import format_size
 
 PHASES = ("skip_if", "pre", "post")
@@ -75,14 +77,14 @@ def view(result: Mapping[str, Any], default_phase: str = "pre") -> GuardView:
     )
     if removes and ok:  # the size is the verdict; the message would only repeat it
         verdict, message = removes, f"the resolved target is {result['observed'].get('target')}"
-    return GuardView(
+    return GuardView(  # labels, messages and observed values may quote the box: escaped
         mark,
         style,
         phase,
-        label,
-        verdict,
-        message,
-        observed_text(result.get("observed")),
+        terminal(label),
+        terminal(verdict),
+        terminal(message),
+        terminal(observed_text(result.get("observed"))),
         bool(result.get("dry_run")),
     )
 

@@ -75,6 +75,8 @@ class OutcomeMixin(EngineCore):
         if status == SUCCEEDED and step.artifacts:
             fields["artifacts"] = await self._artifacts(step)
         fields["guards"] = rec.guards
+        if rec.progress and rec.progress.get("kind") == "result":  # the step's figures
+            fields["result"] = rec.progress
         if status == SUCCEEDED and reason is None and job_end is None:
             reason = "guards_passed"
         self._set(step.id, status, reason, message, fields)

@@ -46,6 +46,7 @@ steps:
 HEADINGS = [
     "# Audit log of run",
     "## Outcome",
+    "## What happened, in order",
     "## Succeeded steps",
     "## Failed, lost or cancelled steps",
     "## Blocked earlier",
@@ -53,7 +54,7 @@ HEADINGS = [
     "## Confirmations declined or not given",
     "## Guards and proofs",
     "## Artifacts",
-    "## Resumes",
+    "## Resumes that changed something",
 ]
 
 
@@ -108,4 +109,28 @@ def test_the_markdown_audit_is_the_record_of_a_real_run(cli, tmp_path):
 
     digest = hashlib.sha256((work / "data.txt").read_bytes()).hexdigest()
     assert f"| make | {work / 'data.txt'} | {digest} | 5 B |" in section(md, "## Artifacts")
-    assert '`tag`: "one" -> "two"' in section(md, "## Resumes")
+    assert 'tag: "one" -> "two"' in section(md, "## Resumes that changed something")
+
+    # issue 28 item 4: the story in order; the verification in verify's words
+    assert "- audit verify: ok: " in md and "checked against the head on local" in md
+    story = section(md, "## What happened, in order")
+    events = [
+        "driver started the run",
+        "`make` succeeded",
+        "`gate` blocked: precondition_failed",
+        "driver stopped: exit 3",
+        "driver resumed the run (",
+        "`gate` succeeded",
+        "`wipe` blocked: confirmation_required",
+        'tag: "one" -> "two"',
+        "confirmation given for `wipe`",
+        "`wipe` succeeded",
+        "`already` succeeded (skip condition held)",
+        "`flaky` failed: exit_code",
+        "driver stopped: exit 1",
+    ]
+    at = [story.find(e) for e in events]
+    assert -1 not in at and at == sorted(at), list(zip(events, at))
+    assert "nothing changed" not in md  # a resume that changed nothing is one line of the story
+    order = [row.split("|")[1].strip() for row in ok.splitlines() if row.startswith("| ")][1:]
+    assert order == ["make", "gate", "wipe", "already"]  # the succeeded table in run order
