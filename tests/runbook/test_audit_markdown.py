@@ -130,7 +130,7 @@ def test_the_markdown_audit_is_the_record_of_a_real_run(cli, tmp_path):
         "driver stopped: exit 1",
     ]
     at = [story.find(e) for e in events]
-    assert -1 not in at and at == sorted(at), list(zip(events, at))
+    assert -1 not in at and at == sorted(at), list(zip(events, at, strict=True))
     assert "nothing changed" not in md  # a resume that changed nothing is one line of the story
     order = [row.split("|")[1].strip() for row in ok.splitlines() if row.startswith("| ")][1:]
     assert order == ["make", "gate", "wipe", "already"]  # the succeeded table in run order
