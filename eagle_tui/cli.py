@@ -36,6 +36,7 @@ from runbook.engine import (
 from runbook.escape import terminal
 from runbook.events import BLOCKED, RUNNING, TERMINAL_BAD
 from runbook.loader import RunbookError, load_runbook, parse_overrides, read_secrets
+from runbook.secret_guard import refuse_raw_secrets
 from runbook.state import (
     RunLocked,
     RunState,
@@ -209,6 +210,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 [f"--trust-host {fp}: expected SHA256:<43 characters>" for fp in bad]
             )
         secrets = read_secrets(probe.runbook)
+        refuse_raw_secrets(probe, secrets, overrides)  # the value never enters state or box
         run_id = pick_run_id(state_dir, probe.runbook.name, args)
     except RunbookError as exc:
         for p in exc.problems:
