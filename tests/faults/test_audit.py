@@ -357,7 +357,7 @@ def _verify_trials(cli, run: Path, host: str, extra: list[str], rng, attack: str
             )
             exported.append((fmt, flags, e))
         held = True
-        for fmt, flags, e in exported:
+        for _fmt, flags, e in exported:
             head = e.stdout.split("\n", 6)
             words = said_verify if not flags else off.stdout.strip().split(": ", 1)[1]
             line = next((x for x in head if "audit verify: " in x), "")
