@@ -36,19 +36,20 @@ def raw_secret_problems(
         return []
     problems: list[str] = []
     seen: set[tuple[str, str]] = set()
-    places = [(("vars", k), v) for k, v in loaded.vars.items()]
+    places: list[tuple[tuple[str, ...], str]] = [(("vars", k), v) for k, v in loaded.vars.items()]
     places += list(_strings(loaded.runbook.model_dump(mode="json", exclude={"secrets"}), ()))
     for where, text in places:
         for name, value in values.items():
             if value not in text:
                 continue
-            if where[:1] == ("vars",) and where[1] in overrides:
-                place = f"--set {where[1]}"
-            elif where[:1] == ("vars",):
-                place = f"variable {where[1]!r}"
-            elif where[:1] == ("steps",) and len(where) > 1:
-                step = loaded.runbook.steps[int(where[1])].id
-                place = f"step {step!r} ({'.'.join(where[2:]) or 'its fields'})"
+            head, rest = (where[0], list(where[1:])) if where else ("", [])
+            if head == "vars" and rest and rest[0] in overrides:
+                place = f"--set {rest[0]}"
+            elif head == "vars" and rest:
+                place = f"variable {rest[0]!r}"
+            elif head == "steps" and rest:
+                step = loaded.runbook.steps[int(rest[0])].id
+                place = f"step {step!r} ({'.'.join(rest[1:]) or 'its fields'})"
             else:
                 place = ".".join(where) or "the runbook"
             if (place, name) in seen:
