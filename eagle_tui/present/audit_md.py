@@ -115,8 +115,13 @@ def sessions(records: list[RecordT]) -> list[list[RecordT]]:
 
 
 def unclosed(session: list[RecordT]) -> bool:
-    """A session that ended without its driver's run.finished: interrupted or killed."""
-    return not any(r.get("event") == "run.finished" for r in session)
+    """A session that ended without its driver's run.finished or run.closed: the driver was
+    interrupted or killed."""
+    return not any(r.get("event") in ("run.finished", "run.closed") for r in session)
+
+
+def _finished(session: list[RecordT]) -> bool:
+    return any(r.get("event") == "run.finished" for r in session)
 
 
 def outcome(records: list[RecordT], last: dict[str, RecordT]) -> list[str]:
@@ -218,6 +223,9 @@ def story(records: list[RecordT]) -> list[str]:
     opened: RecordT | None = None
     for n, session in enumerate(runs):
         for r in session:
+            if r.get("event") == "run.closed" and not _finished(session):
+                rows.append((r.get("seq"), r.get("ts"), "driver closed (jobs keep running)"))
+                continue
             text = event_text(r, opened)
             if r.get("event") in ("run.started", "run.resumed"):
                 opened = r
