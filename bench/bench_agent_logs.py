@@ -8,6 +8,14 @@ the client (tests/agent/agent_proc.py: the agent as a subprocess over pipes) str
 figure streams while the job is still writing (end to end, bounded by the writer).
 
     python bench/bench_agent_logs.py [--mb 200] [--out bench/results/agent_logs.json]
+
+`--single-line` measures the whole client instead (issue 25, bounded memory): `eagle-tui run
+--auto` of a job printing ONE line of --mb MB with no newline, through the engine, the mirror
+and the console; the client's peak RSS (its own process) against the same run with a 1 MB line,
+the streaming time (the step's start to end) against `cat` of the same log through a pipe, and
+the mirror's sha256 against the job's log:
+
+    python bench/bench_agent_logs.py --single-line [--mb 1000] [--out bench/results/agent_logs_single_line.json]
 """
 
 from __future__ import annotations
@@ -28,7 +36,10 @@ from machine_info import describe, save_result  # bench/ is sys.path[0] when run
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "agent"))
+sys.path.insert(0, str(REPO))  # this checkout first (not an installed copy)
 from agent_proc import AgentProc  # noqa: E402
+
+from remote_agent.logwatch import CHUNK  # noqa: E402
 
 # Writes `mb` MB of numbered lines of `width` bytes (newline included) in big buffered blocks.
 WRITER = r"""
@@ -224,6 +235,79 @@ def run_kind(work: Path, kind: str, width: int, mb: int, repeats: int) -> dict[s
     }
 
 
+# The CLI in this process, reporting its own peak RSS (not the agent's nor the job's).
+CLI_WRAP = r"""
+import resource, sys
+from eagle_tui.cli import main
+code = main(sys.argv[2:])
+open(sys.argv[1], "w").write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+sys.exit(code)
+"""
+ONE_LINE = "import os\nb = bytes(range(32, 127)) * 11300\nfor i in range({mb}):\n    os.write(1, b[:1 << 20])"
+
+
+def client_run(work: Path, mb: int) -> dict[str, Any]:
+    import json
+
+    rb = work / f"line{mb}.yaml"
+    rb.write_text(
+        f"name: line{mb}\nsteps:\n  - id: big\n    title: one line\n"
+        f"    run: [python3, -c, {json.dumps(ONE_LINE.format(mb=mb))}]\n"
+    )
+    env = dict(
+        os.environ,
+        EAGLE_TUI_STATE_DIR=str(work / "state"),
+        EAGLE_TUI_SPOOL=str(work / "spool"),
+        PYTHONPATH=str(REPO),
+    )
+    rss = work / f"rss{mb}"
+    t0 = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-c", CLI_WRAP, str(rss), "run", "--auto", "--new-run", str(rb)],
+        env=env,
+        capture_output=True,
+    )
+    total = time.perf_counter() - t0
+    assert out.returncode == 0, out.stderr[-2000:]
+    status = subprocess.run(
+        [sys.executable, "-m", "eagle_tui.cli", "status", "--json"],
+        env=env,
+        capture_output=True,
+        check=True,
+    )
+    rec = json.loads(status.stdout)["steps"]["big"]
+    logs = sorted((work / "spool" / "jobs").glob("*/log"), key=lambda p: p.stat().st_mtime)
+    with open(rec["log_file"], "rb") as f:
+        mirror_sha = hashlib.file_digest(f, "sha256").hexdigest()
+    return {
+        "mb": mb,
+        "client_peak_rss_mib": round(int(rss.read_text()) / 1024, 1),
+        "step_seconds": round(rec["ended_at"] - rec["started_at"], 3),
+        "cli_seconds": round(total, 3),
+        "console_bytes": len(out.stdout),
+        "mirror_sha256": mirror_sha,
+        "box_log": logs[-1],
+    }
+
+
+def single_line(work: Path, mb: int) -> dict[str, Any]:
+    small = client_run(work, 1)
+    big = client_run(work, mb)
+    cat = rates(bench_cat(big["box_log"]))
+    assert cat["sha256"] == big["mirror_sha256"], "the mirror must be the job's exact bytes"
+    for r in (small, big):
+        r.pop("box_log")
+    return {
+        "one_mb_line": small,
+        "big_line": big,
+        "client_rss_growth_mib": round(
+            big["client_peak_rss_mib"] - small["client_peak_rss_mib"], 1
+        ),
+        "cat_pipe": {k: round(cat[k], 3) for k in ("seconds", "mb_per_s")},
+        "client_mb_per_s": round(mb * (1 << 20) / 1e6 / big["step_seconds"], 1),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -234,8 +318,15 @@ def main() -> int:
     ap.add_argument(
         "--dir", type=Path, default=None, help="scratch directory (default: a temp dir)"
     )
+    ap.add_argument(
+        "--single-line",
+        action="store_true",
+        help="the whole client (run --auto) on one line of --mb MB without a newline",
+    )
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-agent-logs-", dir=args.dir))
+    if args.single_line:
+        return main_single_line(args, work)
     try:
         results = {
             kind: run_kind(work, kind, width, args.mb, args.repeats)
@@ -248,7 +339,7 @@ def main() -> int:
         "description": "job.watch through the agent over pipes (local transport) vs cat | pipe, "
         "same file, same consumer work (line count + sha256)",
         "machine": describe(),  # a shared box skews absolute figures; ratios are same-run
-        "params": {"mb": args.mb, "chunk_bytes": 65536, "repeats": args.repeats},
+        "params": {"mb": args.mb, "chunk_bytes": CHUNK, "repeats": args.repeats},
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "results": results,
     }
@@ -271,6 +362,42 @@ def main() -> int:
             f"{live['lines_per_s']:,.0f} lines/s (writer alone {r['writer_seconds']:.2f}s)"
         )
     print(f"wrote {args.out}")
+    return 0
+
+
+def main_single_line(args: argparse.Namespace, work: Path) -> int:
+    try:
+        r = single_line(work, args.mb)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    out = args.out
+    if out == REPO / "bench" / "results" / "agent_logs.json":
+        out = REPO / "bench" / "results" / "agent_logs_single_line.json"
+    doc = {
+        "benchmark": "agent_logs_single_line",
+        "description": "eagle-tui run --auto of one line of --mb MB without a newline (engine, "
+        "mirror, console): client peak RSS vs a 1 MB line, streaming time vs cat | pipe",
+        "machine": describe(),
+        "params": {"mb": args.mb, "chunk_bytes": CHUNK},
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "results": r,
+    }
+    save_result(out, doc)
+    big, small = r["big_line"], r["one_mb_line"]
+    print(f"one line of {args.mb} MB, no newline, through run --auto (local agent):")
+    print(
+        f"  client peak RSS : {big['client_peak_rss_mib']:.1f} MiB "
+        f"(1 MB line: {small['client_peak_rss_mib']:.1f} MiB; growth {r['client_rss_growth_mib']} MiB)"
+    )
+    print(
+        f"  ours            : {big['step_seconds']:.2f} s step, {r['client_mb_per_s']} MB/s "
+        f"(whole CLI {big['cli_seconds']:.2f} s)"
+    )
+    print(
+        f"  cat | pipe      : {r['cat_pipe']['seconds']:.2f} s, {r['cat_pipe']['mb_per_s']:.0f} MB/s"
+    )
+    print(f"  console wrote {big['console_bytes']:,} bytes; mirror sha256 = the job's log")
+    print(f"wrote {out}")
     return 0
 
 

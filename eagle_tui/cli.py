@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
+import json
 import signal
 import sys
 from pathlib import Path
@@ -32,8 +33,10 @@ from runbook.engine import (
     Engine,
     headless_confirmer,
 )
+from runbook.escape import terminal
 from runbook.events import BLOCKED, RUNNING, TERMINAL_BAD
 from runbook.loader import RunbookError, load_runbook, parse_overrides, read_secrets
+from runbook.secret_guard import refuse_raw_secrets
 from runbook.state import (
     RunLocked,
     RunState,
@@ -50,7 +53,8 @@ FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
 def _err(msg: str) -> None:
-    print(msg, file=sys.stderr)
+    """Errors quote the box (its messages, paths, output): escaped line by line."""
+    print("\n".join(terminal(line) for line in msg.split("\n")), file=sys.stderr)
 
 
 def _state_dir(args: argparse.Namespace) -> Path:
@@ -208,6 +212,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 [f"--trust-host {fp}: expected SHA256:<43 characters>" for fp in bad]
             )
         secrets = read_secrets(probe.runbook)
+        refuse_raw_secrets(probe, secrets, overrides)  # the value never enters state or box
         run_id = pick_run_id(state_dir, probe.runbook.name, args)
     except RunbookError as exc:
         for p in exc.problems:
@@ -273,7 +278,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         _err(str(exc))
         return EXIT_INVALID
     if args.json:  # for scripts: the statuses are in the JSON; 0 means it was printed
-        print(run.model_dump_json(indent=1))
+        # ASCII JSON: the same values, and no control or bidi character reaches the terminal
+        print(json.dumps(run.model_dump(mode="json"), indent=1, ensure_ascii=True))
         return EXIT_OK
     code = status_exit_code(run)
     from rich.console import Console
@@ -282,20 +288,22 @@ def cmd_status(args: argparse.Namespace) -> int:
     from eagle_tui.present.status import ICONS, STYLES, progress_text
     from runbook.units import format_duration
 
-    table = Table(title=f"run {run.run_id} · runbook {run.runbook_name}", header_style="bold")
+    table = Table(
+        title=Text(terminal(f"run {run.run_id} · runbook {run.runbook_name}")), header_style="bold"
+    )
     for col in ("", "step", "status", "reason", "attempt", "exit", "duration", "progress"):
         table.add_column(col, overflow="fold")  # ids are never cut with "…", even when piped
     for sid, rec in run.steps.items():
         dur = (rec.ended_at - rec.started_at) if rec.started_at and rec.ended_at else None
-        table.add_row(
+        table.add_row(  # every cell literal (Text) and escaped: messages quote the box
             ICONS.get(rec.status, "?"),
-            sid,
-            f"[{STYLES.get(rec.status, '')}]{rec.status}[/]",
-            (rec.reason or "") + (f": {rec.message}" if rec.message else ""),
+            Text(terminal(sid)),
+            Text(rec.status, style=STYLES.get(rec.status, "")),
+            Text(terminal((rec.reason or "") + (f": {rec.message}" if rec.message else ""))),
             str(rec.attempt or ""),
             "" if rec.exit_code is None else str(rec.exit_code),
             format_duration(dur) if dur else "",
-            progress_text(rec.progress) if rec.progress else "",
+            Text(terminal(progress_text(rec.progress) if rec.progress else "")),
         )
     Console(width=None if sys.stdout.isatty() else 200).print(table)
     print(f"audit head: seq {run.audit_seq} sha256 {run.audit_head}")
@@ -393,6 +401,17 @@ def _box_head_check(args: argparse.Namespace, run: RunState, path: Path) -> tupl
     return against, audit_seal.box_head_problem(records, head)
 
 
+def verification(args: argparse.Namespace, run: RunState, path: Path) -> audit_mod.Verification:
+    """What `audit verify` concludes; every export's header says the same words."""
+    result = audit_mod.verify(path, audit_mod.Head(run.audit_seq, run.audit_head))
+    if not result.ok:
+        return audit_mod.Verification(result, "box head not checked (the local chain is broken)")
+    against, problem = _box_head_check(args, run, path)
+    return audit_mod.Verification(
+        result, against, problem, box_checked=against.startswith("checked against")
+    )
+
+
 def cmd_audit(args: argparse.Namespace) -> int:
     try:
         run = find_run(_state_dir(args), args.run)
@@ -400,38 +419,37 @@ def cmd_audit(args: argparse.Namespace) -> int:
         _err(str(exc))
         return EXIT_INVALID
     path = _state_dir(args) / "runs" / run.run_id / "audit.jsonl"
-    expected = audit_mod.Head(run.audit_seq, run.audit_head)
-    result = audit_mod.verify(path, expected)
+    checked = verification(args, run, path)
     if args.audit_command == "verify":
-        if result.ok:
-            against, problem = _box_head_check(args, run, path)
-            if problem:
-                _err(f"{path}: NOT OK: {problem} ({against})")
-                return EXIT_FAILED
-            print(
-                f"{path}: ok: {result.records} records, head seq {result.head.seq} sha256 {result.head.hash}; {against}"
-            )
+        if checked.ok:
+            print(terminal(f"{path}: {checked.summary()}"))
             return EXIT_OK
-        where = f"line {result.bad_line}: " if result.bad_line else ""
-        _err(f"{path}: NOT OK: {where}{result.problem}")
-        if result.bad_record:
-            _err(f"first bad record: {result.bad_record}")
+        _err(f"{path}: {checked.summary()}")
+        if checked.local.bad_record:
+            _err(f"first bad record: {checked.local.bad_record}")
         return EXIT_FAILED
     from eagle_tui.present.audit_md import export_markdown
 
     records = audit_mod.read_records(path) if path.exists() else []
     fmt = args.format
-    text = {"jsonl": audit_mod.export_jsonl, "csv": audit_mod.export_csv}.get(fmt)
-    out = text(records) if text else export_markdown(records, result)
+    if fmt == "jsonl":
+        out = audit_mod.export_jsonl(records)
+    elif fmt == "csv":
+        out = audit_mod.export_csv(records, checked)
+    else:
+        out = export_markdown(records, checked)
     if args.output:
         write_atomic(Path(args.output), out)
         print(
-            f"wrote {args.output} ({len(records)} records, chain {'ok' if result.ok else 'NOT OK'})"
+            terminal(
+                f"wrote {args.output} ({len(records)} records, chain "
+                f"{'ok' if checked.ok else 'NOT OK'})"
+            )
         )
     else:
-        sys.stdout.write(out)
-    if not result.ok:
-        _err(f"warning: the audit chain does not verify: {result.problem}")
+        sys.stdout.write(out)  # every value in it is escaped (runbook/escape.py)
+    if not checked.ok:
+        _err(f"warning: audit verify says {checked.summary()}")
         return EXIT_FAILED
     return EXIT_OK
 
@@ -534,18 +552,24 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("run", nargs="?")
     e.add_argument("--format", choices=("jsonl", "md", "csv"), default="md")
     e.add_argument("-o", "--output")
+    _box_options(e)
     e.set_defaults(func=cmd_audit)
     v = asub.add_parser(
         "verify", parents=[common], help="verify the hash chain (default: the latest run)"
     )
     v.add_argument("run", nargs="?")
-    v.add_argument(
-        "--offline", action="store_true", help="do not consult the head kept on the run's box"
-    )
-    v.add_argument("--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts)")
-    v.add_argument("--ssh-config", help="ssh config file (default ~/.ssh/config)")
+    _box_options(v)
     v.set_defaults(func=cmd_audit)
     return parser
+
+
+def _box_options(p: argparse.ArgumentParser) -> None:
+    """How verify (and the export's header, which says what verify says) reaches the box."""
+    p.add_argument(
+        "--offline", action="store_true", help="do not consult the head kept on the run's box"
+    )
+    p.add_argument("--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts)")
+    p.add_argument("--ssh-config", help="ssh config file (default ~/.ssh/config)")
 
 
 def main(argv: list[str] | None = None) -> int:

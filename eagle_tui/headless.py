@@ -15,6 +15,7 @@ from rich.text import Text
 from eagle_tui.present import guards as guard_view
 from eagle_tui.present.status import ICONS, STYLES, progress_text
 from remote_agent.progress import PREFIX as PROGRESS_PREFIX
+from runbook.escape import log_line, terminal
 from runbook.events import (
     PENDING,
     RUNNING,
@@ -29,6 +30,7 @@ from runbook.events import (
     RunStarted,
     StepChanged,
 )
+from runbook.logsplit import LineClip
 from runbook.units import format_duration
 
 
@@ -43,7 +45,8 @@ class HeadlessView:
         self.dry_run = dry_run  # list every guard with its observed value, under its step
         self.console = console or Console(highlight=False, soft_wrap=True)
         self.live_mode = self.console.is_terminal
-        self.titles = step_titles
+        self.titles = {sid: terminal(t) for sid, t in step_titles.items()}  # box-free, yet
+        # a title may carry bidi or control characters: shown escaped like job output
         self.status = {sid: PENDING for sid in step_titles}
         self.reasons: dict[str, str | None] = {}
         self.started: dict[str, float] = {}
@@ -51,7 +54,7 @@ class HeadlessView:
         self.progress: dict[str, str] = {}
         self.connection = ""
         self.show_logs = show_logs
-        self._partial: dict[str, str] = {}
+        self._partial: dict[str, LineClip] = {}  # each step's line in progress, bounded
         self._progress_printed: dict[str, float] = {}
         self._dry_guards: dict[str, list[Text]] = {}
         self.live: Live | None = None
@@ -131,9 +134,9 @@ class HeadlessView:
             line.append(f" on {event.host}")
             if event.destructive:
                 line.append(" (destructive: needs confirmation)", style="bold red")
-            line.append(f": {cmd or '(guards only)'}")
+            line.append(f": {terminal(cmd or '(guards only)')}")
             if event.why:
-                line.append(f"\n          {event.why}", style=style)
+                line.append(f"\n          {terminal(event.why)}", style=style)
             self._print(line)
             for guard_line in self._dry_guards.pop(event.step_id, []):  # evaluated first
                 self._print(guard_line)
@@ -146,7 +149,9 @@ class HeadlessView:
             else:  # a live run prints only what stops a step: a blocking guard, a failed proof
                 for g in guard_view.views(results):
                     if g.mark == "✗":
-                        self._print(Text(f"  {event.step_id} ") + Text(g.plain(), style=g.style))
+                        self._print(
+                            Text(f"  {event.step_id} ") + Text(terminal(g.plain()), style=g.style)
+                        )
         elif isinstance(event, LogChunk):
             if self.show_logs:
                 self._log(event.step_id, event.text)
@@ -163,7 +168,7 @@ class HeadlessView:
             # A first connection that keeps failing is shown like a reconnect.
             if event.state == "reconnecting" or (event.state == "connecting" and event.message):
                 self.connection = f"{event.host}: {event.state} (attempt {event.attempt})" + (
-                    f": {event.message}" if event.message else ""
+                    f": {terminal(event.message)}" if event.message else ""
                 )
                 self._print(Text(self.connection, style="yellow"))
             elif event.state == "connected":
@@ -172,7 +177,7 @@ class HeadlessView:
                 self.connection = ""
         elif isinstance(event, Notice):
             style = {"warning": "yellow", "error": "red"}.get(event.level, "dim")
-            self._print(Text(event.message, style=style))
+            self._print(Text(terminal(event.message), style=style))
         elif isinstance(event, RunFinished):
             self._flush_partials()
         self._refresh()
@@ -183,9 +188,8 @@ class HeadlessView:
             return
         prev = self.status[sid]
         self.status[sid] = st
-        self.reasons[sid] = (
-            event.reason if not event.message else f"{event.reason}: {event.message}"
-        )
+        why = event.reason if not event.message else f"{event.reason}: {event.message}"
+        self.reasons[sid] = terminal(why) if why else why  # messages quote the box
         if st == RUNNING:
             self.started[sid] = time.monotonic()
             self.progress.pop(sid, None)
@@ -208,21 +212,24 @@ class HeadlessView:
             )
 
     def _log(self, step_id: str, text: str) -> None:
-        buf = self._partial.get(step_id, "") + text
-        *lines, rest = buf.split("\n")
-        self._partial[step_id] = rest
+        clip = self._partial.setdefault(step_id, LineClip())
         shown = [
-            Text(f"  {step_id} │ ", style="dim") + Text(line)
-            for line in lines
+            self._log_text(step_id, line)
+            for line in clip.feed(text)
             if not line.startswith(PROGRESS_PREFIX)  # machine lines are shown as progress instead
         ]
         if shown:  # one write per chunk: a kill -9 lands before or after it, not inside
             self._print(Text("\n").join(shown))
 
+    @staticmethod
+    def _log_text(step_id: str, line: str) -> Text:
+        return Text(f"  {step_id} │ ", style="dim") + Text(log_line(line))
+
     def _flush_partial(self, step_id: str) -> None:
-        rest = self._partial.pop(step_id, "")
+        clip = self._partial.pop(step_id, None)
+        rest = clip.flush() if clip is not None else None
         if rest:
-            self._print(Text(f"  {step_id} │ ", style="dim") + Text(rest))
+            self._print(self._log_text(step_id, rest))
 
     def _flush_partials(self) -> None:
         for sid in list(self._partial):

@@ -17,7 +17,7 @@ from remote_agent.jobs import JobManager, JobState
 from remote_agent.protocol import bytes_to_text
 from remote_agent.spool import LOG, JobDir
 
-CHUNK = 64 * 1024
+CHUNK = 256 * 1024  # bytes per log event: fewer, larger events stream a long line faster
 IDLE_POLL_S = 0.05
 LOST_CHECK_S = 0.5
 

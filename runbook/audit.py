@@ -24,6 +24,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from runbook.escape import csv_cell
+
 GENESIS = "0" * 64
 SCHEMA = "eagle-tui.audit/1"
 REDACTED = "***"
@@ -144,6 +146,41 @@ class VerifyResult:
     bad_record: str | None = None
 
 
+@dataclass(frozen=True)
+class Verification:
+    """What `audit verify` concluded, in one line every export header repeats word for word.
+
+    `local` is the chain (and the run state's head); `against` says what else it was checked
+    against (the head kept on the run's box) or why not; `box_problem` is what that found."""
+
+    local: VerifyResult
+    against: str
+    box_problem: str | None = None
+    box_checked: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.local.ok and self.box_problem is None
+
+    def summary(self) -> str:
+        r = self.local
+        if not r.ok:
+            where = f"line {r.bad_line}: " if r.bad_line else ""
+            return f"NOT OK: {where}{r.problem}"
+        if self.box_problem:
+            return f"NOT OK: {self.box_problem} ({self.against})"
+        scope = "ok" if self.box_checked else "ok (local chain only)"
+        return (
+            f"{scope}: {r.records} records, head seq {r.head.seq} sha256 {r.head.hash}; "
+            f"{self.against}"
+        )
+
+
+def local_only(result: VerifyResult, why: str) -> Verification:
+    """A verification of the local chain alone (`why`: the box head was not consulted)."""
+    return Verification(result, f"box head not checked ({why})")
+
+
 def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
     with open(path, "rb") as f:
         for n, line in enumerate(f, start=1):
@@ -250,13 +287,22 @@ def _row(rec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def export_jsonl(records: list[dict[str, Any]]) -> str:
-    return "".join(canonical(r).decode() + "\n" for r in records)
+    """The records as JSON lines, ASCII only: the same values (hashes verify on the parsed
+    records), and no control, C1 or bidi character reaches a terminal it is printed on."""
+    return "".join(
+        json.dumps(r, sort_keys=True, separators=(",", ":"), ensure_ascii=True) + "\n"
+        for r in records
+    )
 
 
-def export_csv(records: list[dict[str, Any]]) -> str:
+def export_csv(records: list[dict[str, Any]], verification: Verification | None = None) -> str:
+    """One row per record; every cell is data (runbook/escape.csv_cell: no formula, one line).
+    With `verification`, a first line `# audit verify: ...` says what `audit verify` says."""
     buf = io.StringIO()
+    if verification is not None:
+        buf.write(f"# audit verify: {csv_cell(verification.summary())}\n")
     w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
     w.writeheader()
     for r in records:
-        w.writerow(_row(r))
+        w.writerow({k: csv_cell(v) for k, v in _row(r).items()})
     return buf.getvalue()

@@ -44,6 +44,7 @@ from runbook.agent_client import AgentError
 from runbook.audit_seal import AuditBreak
 from runbook.box_claim import EXIT_LOCKED, DriverLocked
 from runbook.engine import EXIT_OK, Confirmation, ConfirmRequest, Engine
+from runbook.escape import terminal
 from runbook.events import (
     BLOCKED,
     DONE,
@@ -136,7 +137,10 @@ class CockpitApp(App[int]):
     def _notice(self, m: msg.NoticeArrived) -> None:
         ev = m.event
         levels: dict[str, SeverityLevel] = {"warning": "warning", "error": "error"}
-        self.notify(ev.message, severity=levels.get(ev.level, "information"))
+        self.notify(
+            terminal(ev.message),  # a notice may quote the box
+            severity=levels.get(ev.level, "information"),
+        )
 
     @on(msg.RunFinished)
     def _run_finished(self, m: msg.RunFinished) -> None:

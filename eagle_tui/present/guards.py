@@ -4,7 +4,8 @@ A guard result (runbook/engine/guards.py) carries its phase. A precondition pass
 (✗); in a dry run one whose input an earlier step produces is pending on that step (⋯). A skip_if
 condition holds (the step is skipped) or does not (the step runs: not a failure). A
 postcondition is the proof the step did what it says (or its failure). A destructive step's
-delete target says how much exactly the agent removes (as it measured it, not a dir entry)."""
+delete target says how much exactly the agent removes (as it measured it, not a dir entry).
+Every text part is passed through runbook/escape.terminal: guard output comes from the box."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 from rich.text import Text
 
 from eagle_tui.present.values import observed_text
+from runbook.escape import terminal
 from runbook.units import format_size
 
 PHASES = ("skip_if", "pre", "post")
@@ -77,14 +79,14 @@ def view(result: Mapping[str, Any], default_phase: str = "pre") -> GuardView:
         obs = result["observed"]
         verdict = removes if obs.get("kind") != "absent" else "already absent"
         message = f"the agent deletes {obs.get('kind')} {obs.get('target')} (exactly this one)"
-    return GuardView(
+    return GuardView(  # labels, messages and observed values may quote the box: escaped
         mark,
         style,
         phase,
-        label,
-        verdict,
-        message,
-        observed_text(result.get("observed")),
+        terminal(label),
+        terminal(verdict),
+        terminal(message),
+        terminal(observed_text(result.get("observed"))),
         bool(result.get("dry_run")),
     )
 

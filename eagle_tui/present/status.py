@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from runbook.escape import terminal
 from runbook.events import (
     BLOCKED,
     CANCELLED,
@@ -39,7 +40,8 @@ STYLES = {
 
 
 def progress_text(rec: dict[str, Any]) -> str:
-    """`merge 12,000/37,312 records · 5,210/s · ETA 4s` from an eagle3 progress record."""
+    """`merge 12,000/37,312 records · 5,210/s · ETA 4s` from an eagle3 progress record
+    (escaped for a terminal: every view shows it as is)."""
     if rec.get("kind") == "result":
         return "done"
     done, total, unit = rec.get("done"), rec.get("total"), rec.get("unit", "")
@@ -53,4 +55,4 @@ def progress_text(rec: dict[str, Any]) -> str:
         parts.append(f"{float(rec['rate']):,.1f}/s")
     if rec.get("eta_s") is not None:
         parts.append(f"ETA {format_duration(float(rec['eta_s']))}")
-    return " · ".join(p for p in parts if p)
+    return terminal(" · ".join(p for p in parts if p))  # the stage is the job's text

@@ -26,7 +26,14 @@ from runbook.events import (
 )
 from runbook.loader import LoadedRunbook
 from runbook.schema import Step
-from runbook.state import RunState, RunStore, StepRecord, list_runs, rechoose_run_id
+from runbook.state import (
+    RunState,
+    RunStore,
+    StateWriteError,
+    StepRecord,
+    list_runs,
+    rechoose_run_id,
+)
 from runbook.transports import HostKeyRefusal
 
 if TYPE_CHECKING:
@@ -309,6 +316,11 @@ class EngineCore:
         self.closed = True
         for t in self._stats_tasks:
             t.cancel()
+        if self.audit is not None and self.state is not None:
+            try:  # the record tells a driver that let go from one that was killed
+                self.audit.append("run.closed")
+            except StateWriteError:
+                pass  # a full disk: the close goes on (the head and the lock are let go)
         await box_claim.push_head(self, clean=True)
         for session in self.sessions.values():
             await session.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,13 +46,15 @@ class LogMirrorMixin(EngineCore):
         session = await self.session(host)
         # streaming: a secret split across chunks (or in a line of any length) is still caught
         redactor = StreamRedactor(self.secrets.values())
+        # a character cut by a chunk boundary is decoded whole (never two U+FFFD halves)
+        decode = codecs.getincrementaldecoder("utf-8")("replace").decode
 
         def on_data(start: int, end: int, data: bytes) -> None:
             data = redactor.feed(data)
             # bytes held back (a possible secret's start) are read again after a reattach
             mirror.append(end - redactor.pending, data)  # mirrored first, shown after
             rec.log_remote_offset, rec.log_mirror_size = mirror.remote, mirror.size
-            self.emit(LogChunk(step.id, data.decode("utf-8", "replace")))
+            self.emit(LogChunk(step.id, decode(data)))
             mirror.mark_shown()
             for line in follow.splitter.feed(data):
                 self._on_line(step.id, rec, line)
@@ -64,10 +67,13 @@ class LogMirrorMixin(EngineCore):
             if tail:
                 mirror.append(mirror.remote + held, tail)
                 rec.log_remote_offset, rec.log_mirror_size = mirror.remote, mirror.size
-                self.emit(LogChunk(step.id, tail.decode("utf-8", "replace")))
+                self.emit(LogChunk(step.id, decode(tail)))
                 mirror.mark_shown()
                 for line in follow.splitter.feed(tail):
                     self._on_line(step.id, rec, line)
+            rest = decode(b"", final=True)  # a last character the job left unfinished
+            if rest:
+                self.emit(LogChunk(step.id, rest))
         finally:
             mirror.close()
         for line in follow.splitter.flush():

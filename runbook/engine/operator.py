@@ -37,13 +37,14 @@ class OperatorMixin(EngineCore):
         if rec.status in TERMINAL_BAD or rec.status in (BLOCKED, SKIPPED):
             self._set(step_id, PENDING, "operator_retry", None)
 
-    def unskip(self, step_id: str) -> None:
-        """Undo an operator's skip: the step is pending again (audited with its own reason)."""
+    def unskip(self, step_id: str, reason: str | None = None) -> None:
+        """Undo an operator's skip: the step is pending again (audited, with the operator's
+        reason when one is given)."""
         assert self.state
         if self.state.steps[step_id].status != SKIPPED:
             raise ValueError(f"{step_id} is not skipped")
         self.state.steps[step_id].ended_at = None
-        self._set(step_id, PENDING, "operator_unskip", None)
+        self._set(step_id, PENDING, "operator_unskip", (reason or "").strip() or None)
 
     async def cancel(self, step_id: str, grace_s: float = 10.0) -> None:
         assert self.state

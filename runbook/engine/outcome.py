@@ -77,6 +77,8 @@ class OutcomeMixin(EngineCore):
         if step.delete and rec.progress and rec.progress.get("kind") == "result":
             fields["deleted"] = rec.progress  # the agent's own account: measured, freed, result
         fields["guards"] = rec.guards
+        if rec.progress and rec.progress.get("kind") == "result":  # the step's figures
+            fields["result"] = rec.progress
         if status == SUCCEEDED and reason is None and job_end is None:
             reason = "guards_passed"
         self._set(step.id, status, reason, message, fields)

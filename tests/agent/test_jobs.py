@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from remote_agent.logwatch import CHUNK  # the agent's largest log event
 from tests.support.procs import alive, procs_where
 from tests.support.waiting import wait_for
 
 from .agent_proc import AgentCallError, AgentProc, data_bytes
 from .helpers import PY
-
-CHUNK = 64 * 1024
 
 
 def read_all(agent: AgentProc, job_id: str, max_bytes: int) -> bytes:

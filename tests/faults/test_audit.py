@@ -343,6 +343,35 @@ def _verify_trials(cli, run: Path, host: str, extra: list[str], rng, attack: str
         tally.trial(attack, ok)
         if not ok:
             breaks.append((how, out.stdout, out.stderr, off.stdout))
+        # the exports' headers say what verify says, word for word, box head included
+        said_verify = (out.stdout or out.stderr).strip().split(": ", 1)[1]
+        exported = []
+        for fmt, flags in (("md", []), ("csv", []), ("md", ["--offline"])):
+            e = cli(
+                "audit",
+                "export",
+                "--format",
+                fmt,
+                *flags,
+                *extra,
+                **({"ssh": False} if extra else {}),
+            )
+            exported.append((fmt, flags, e))
+        held = True
+        for _fmt, flags, e in exported:
+            head = e.stdout.split("\n", 6)
+            words = said_verify if not flags else off.stdout.strip().split(": ", 1)[1]
+            line = next((x for x in head if "audit verify: " in x), "")
+            held = held and line.split("audit verify: ", 1)[-1] == words
+            held = held and e.returncode == (0 if how == "untouched" or flags else 1)
+            held = held and "verified" not in e.stdout.split("\n## ", 1)[0]
+            if not flags and how != "untouched":
+                held = held and line.split("audit verify: ", 1)[-1].startswith("NOT OK")
+            if flags:
+                held = held and "local chain only" in line
+        tally.trial(attack.replace("audit verify", "export header"), held)
+        if not held:
+            breaks.append((how, "export", [(f, fl, e.stdout[:600]) for f, fl, e in exported]))
     assert not breaks, breaks[:2]
 
 

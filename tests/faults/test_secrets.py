@@ -179,3 +179,77 @@ def test_box_job_log_is_redacted_over_ssh(tmp_path, box, ssh_keys, tally):  # no
     finally:
         cli.cleanup()
         kill_tagged(box.tag)
+
+
+# --- a declared secret's value given as a value (issue 25): never written raw anywhere -------
+
+SECRET_RB = """\
+name: sv
+vars:
+  note: plain
+  {default}
+secrets:
+  TOKEN: {{env: DEMO_TOKEN}}
+steps:
+  - id: use
+    title: "Uses ${{note}}"
+    run: [python3, -c, "import os, sys; print(sys.argv[1], os.environ['API_TOKEN'])", "${{note}}"{literal}]
+    env: {{API_TOKEN: "${{TOKEN}}"}}
+"""
+
+
+def _leaks(cli, secret: str, outputs: list[bytes]) -> list[str]:
+    """Every file of the state dir and the spool (the box), and every output, that holds the
+    secret raw, in base64 or in hex."""
+    import base64
+
+    forms = [secret.encode(), base64.b64encode(secret.encode()), secret.encode().hex().encode()]
+    spool = Path(cli.env["EAGLE_TUI_SPOOL"])
+    files = [p for base in (cli.state, spool) if base.exists() for p in base.rglob("*")]
+    found = [str(p) for p in files if p.is_file() and any(f in p.read_bytes() for f in forms)]
+    found += [f"output {i}" for i, o in enumerate(outputs) if any(f in o for f in forms)]
+    return found
+
+
+def test_a_secret_given_as_a_value_is_refused_and_written_nowhere(tmp_path, tally):
+    import subprocess
+
+    from tests.runbook.conftest import Cli
+
+    rng = random.Random(2525)
+    ways = ["--set equal", "--set inside", "var default", "command literal", "env only"]
+    breaks = []
+    for i in range(10):
+        way = ways[i % len(ways)]
+        root = tmp_path / f"s{i}"
+        root.mkdir()
+        cli = Cli(root)
+        secret = "sk-" + "".join(rng.choice("abcdefXYZ0123456789") for _ in range(32))
+        cli.env["DEMO_TOKEN"] = secret
+        default = f"other: {secret}" if way == "var default" else ""
+        literal = f', "{secret}"' if way == "command literal" else ""
+        rb = cli.runbook(SECRET_RB.format(default=default, literal=literal))
+        args = ["run", "--auto", str(rb)]
+        if way == "--set equal":
+            args += ["--set", f"note={secret}"]
+        elif way == "--set inside":
+            args += ["--set", f"note=https://user:{secret}@example.com/x"]
+        run = subprocess.run(cli.cmd(*args), env=cli.env, capture_output=True, timeout=120)
+        status = subprocess.run(cli.cmd("status"), env=cli.env, capture_output=True, timeout=60)
+        sjson = subprocess.run(
+            cli.cmd("status", "--json"), env=cli.env, capture_output=True, timeout=60
+        )
+        leaks = _leaks(cli, secret, [run.stdout, run.stderr, status.stdout, sjson.stdout])
+        if way == "env only":  # the one allowed way: runs, the job's output redacted
+            held = run.returncode == 0 and not leaks
+        else:
+            held = (
+                run.returncode == 2
+                and b"holds the value of secret 'TOKEN'" in run.stderr
+                and not (cli.state / "runs").exists()  # refused before anything was written
+                and not leaks
+            )
+        tally.trial("secret given as a value (--set, default, literal): written raw", held)
+        if not held:
+            breaks.append((way, run.returncode, leaks, run.stderr[-400:]))
+    assert not breaks, breaks

@@ -45,6 +45,7 @@ steps:
 HEADINGS = [
     "# Audit log of run",
     "## Outcome",
+    "## What happened, in order",
     "## Succeeded steps",
     "## Failed, lost or cancelled steps",
     "## Blocked earlier",
@@ -52,7 +53,7 @@ HEADINGS = [
     "## Confirmations declined or not given",
     "## Guards and proofs",
     "## Artifacts",
-    "## Resumes",
+    "## Resumes that changed something",
 ]
 
 
@@ -107,4 +108,110 @@ def test_the_markdown_audit_is_the_record_of_a_real_run(cli, tmp_path):
 
     digest = hashlib.sha256((work / "data.txt").read_bytes()).hexdigest()
     assert f"| make | {work / 'data.txt'} | {digest} | 5 B |" in section(md, "## Artifacts")
-    assert '`tag`: "one" -> "two"' in section(md, "## Resumes")
+    assert 'tag: "one" -> "two"' in section(md, "## Resumes that changed something")
+
+    # issue 28 item 4: the story in order; the verification in verify's words
+    assert "- audit verify: ok: " in md and "checked against the head on local" in md
+    story = section(md, "## What happened, in order")
+    events = [
+        "driver started the run",
+        "`make` succeeded",
+        "`gate` blocked: precondition_failed",
+        "driver stopped: exit 3",
+        "driver resumed the run (",
+        "`gate` succeeded",
+        "`wipe` blocked: confirmation_required",
+        'tag: "one" -> "two"',
+        "confirmation given for `wipe`",
+        "`wipe` succeeded",
+        "`already` succeeded (skip condition held)",
+        "`flaky` failed: exit_code",
+        "driver stopped: exit 1",
+    ]
+    at = [story.find(e) for e in events]
+    assert -1 not in at and at == sorted(at), list(zip(events, at, strict=True))
+    assert "nothing changed" not in md  # a resume that changed nothing is one line of the story
+    order = [row.split("|")[1].strip() for row in ok.splitlines() if row.startswith("| ")][1:]
+    assert order == ["make", "gate", "wipe", "already"]  # the succeeded table in run order
+
+
+STORY = """\
+name: story
+steps:
+  - id: evaluate
+    title: Evaluate the drafter
+    run: [python3, -c, "print('@@eagle3 ' + '{\\"kind\\": \\"result\\", \\"command\\": \\"eval\\", \\"accept_length\\": 3.21, \\"lossless\\": true}')"]
+  - id: optional
+    title: An optional step
+    run: "true"
+  - id: slow
+    title: Sleeps until killed
+    run: [sleep, "60"]
+"""
+
+
+def test_the_markdown_audit_tells_the_story(cli, tmp_path):
+    """Issue 28 item 4: the pipeline's figure first, the operator's skip and unskip with their
+    reasons, a driver killed mid-run (a session without a close), in order."""
+    import asyncio
+    import os
+    import signal
+    import time
+
+    from runbook.engine import Engine
+    from runbook.loader import load_runbook
+    from runbook.transports.factory import make_transport_factory
+
+    rb = cli.runbook(STORY)
+    os.environ["EAGLE_TUI_SPOOL"] = cli.env["EAGLE_TUI_SPOOL"]
+
+    async def operator() -> None:  # the cockpit's actions, through the engine itself
+        loaded = load_runbook(rb, state_dir=cli.state)
+        engine = Engine(loaded, cli.state, make_transport_factory(cli.state), None)
+        await engine.open("story-run")
+        try:
+            await engine.skip("optional", "not needed tonight")
+            engine.unskip("optional", "needed after all")
+            await engine.skip("optional", "really not needed")
+        finally:
+            await engine.close()
+
+    asyncio.run(operator())
+    proc = cli.popen("run", str(rb), "--auto", "--run", "story-run")
+    deadline = time.time() + 60
+    while (
+        time.time() < deadline
+        and '"slow"' not in (cli.state / "runs" / "story-run" / "audit.jsonl").read_text()
+    ):
+        time.sleep(0.2)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGKILL)  # the driver dies mid-step: no close, no finish
+    proc.wait()
+    # the local agent dies with its driver, and its bound job with it: lost, said in order
+    cli("run", str(rb), "--auto", "--run", "story-run", check=1)
+    md = cli("audit", "export", "--format", "md", check=0).stdout
+
+    outcome = section(md, "## Outcome")
+    assert "- `evaluate` (succeeded): accept length 3.21 · lossless yes" in outcome
+    assert "1 ended without closing (interrupted or killed)" in outcome
+    story = section(md, "## What happened, in order")
+    events = [
+        "operator skipped `optional`: not needed tonight",
+        "operator unskipped `optional`: needed after all",
+        "operator skipped `optional`: really not needed",
+        "driver closed (jobs keep running)",
+        "driver resumed the run",
+        "`evaluate` succeeded (ran, exit 0",
+        "`slow` started",
+        "driver ended without closing the run (interrupted or killed)",
+        "driver resumed the run",
+        "`slow` lost: agent_lost",
+        "driver stopped: exit 1",
+    ]
+    pos, at = 0, []
+    for e in events:  # each after the one before it
+        pos = story.find(e, pos)
+        at.append(pos)
+        pos = max(pos, 0) + 1
+    assert -1 not in at, (list(zip(events, at, strict=True)), story)
+    assert "nothing changed" not in md

@@ -17,6 +17,7 @@ from eagle_tui.app.literal import lines as join_lines
 from eagle_tui.app.literal import markup
 from eagle_tui.present import guards as guard_view
 from runbook.engine import Confirmation, ConfirmRequest
+from runbook.escape import terminal
 from runbook.schema import Step
 
 
@@ -50,7 +51,7 @@ class ConfirmScreen(ModalScreen[Confirmation | None]):
                 markup("Destructive step: $sid — $title", sid=r.step_id, title=r.title),
                 id="confirm-title",
             )
-            yield Static(r.prompt, id="confirm-prompt", markup=False)
+            yield Static(terminal(r.prompt), id="confirm-prompt", markup=False)
             yield Static(markup("[dim]$$[/] $v", v=command_text(r.command)), id="confirm-command")
             yield Label("What the guards observed (what will be changed or deleted):")
             with VerticalScroll(id="confirm-evidence"):

@@ -37,11 +37,15 @@ class ExportResult:
 def export_audit(audit_path: Path, head: audit_mod.Head | None, req: ExportRequest) -> ExportResult:
     """Write the export atomically (blocking: run it in a thread worker)."""
     result = audit_mod.verify(audit_path, head)
+    # the cockpit checks the chain against the run's state only: the header says so plainly
+    checked = audit_mod.local_only(
+        result, "exported from the cockpit; `eagle-tui audit verify` checks it"
+    )
     records = audit_mod.read_records(audit_path) if audit_path.exists() else []
     if req.fmt == "md":
-        text = export_markdown(records, result)
+        text = export_markdown(records, checked)
     elif req.fmt == "csv":
-        text = audit_mod.export_csv(records)
+        text = audit_mod.export_csv(records, checked)
     else:
         text = audit_mod.export_jsonl(records)
     write_atomic(req.path, text)

@@ -15,33 +15,28 @@ import os
 from collections import deque
 from pathlib import Path
 
-
-def clean(line: str) -> str:
-    """Terminal semantics for progress bars: a carriage return restarts the line."""
-    if "\r" in line:
-        line = line.rstrip("\r").rsplit("\r", 1)[-1]
-    return line
+from runbook.escape import log_line as clean  # CR semantics, then the one terminal sanitizer
+from runbook.logsplit import LineClip
 
 
 class LogFeed:
     def __init__(self, max_batch: int) -> None:
         self.max_batch = max_batch
         self.pending: deque[str] = deque(maxlen=max_batch)
-        self.partial = ""
+        self.clip = LineClip()  # the line in progress: at most LINE_LIMIT characters kept
         self.total_lines = 0  # complete lines fed since the last reset (for tests and the bench)
         self.dropped = 0  # lines skipped under a flood since the last reset
         self._skipped = 0  # ... in the batch now pending
 
     def reset(self) -> None:
         self.pending.clear()
-        self.partial = ""
+        self.clip = LineClip()
         self.total_lines = self.dropped = self._skipped = 0
 
     def feed(self, text: str) -> None:
         if not text:
             return
-        lines = (self.partial + text).split("\n")
-        self.partial = lines.pop()
+        lines = self.clip.feed(text)
         if not lines:
             return
         n = len(lines)
@@ -51,13 +46,21 @@ class LogFeed:
         self._skipped += over
         if n > self.max_batch:
             lines = lines[-self.max_batch :]
-        self.pending.extend(clean(x) if "\r" in x else x for x in lines)
+        self.pending.extend(clean(x) for x in lines)
+
+    @property
+    def partial(self) -> str:
+        return self.clip.partial
+
+    @partial.setter
+    def partial(self, text: str) -> None:
+        self.clip.set_partial(text)
 
     def flush_partial(self) -> None:
         """The job ended: its last line had no newline; show it anyway."""
-        if self.partial:
-            self.pending.append(clean(self.partial))
-            self.partial = ""
+        rest = self.clip.flush()
+        if rest:
+            self.pending.append(clean(rest))
 
     def take(self) -> list[str]:
         out = list(self.pending)
@@ -99,5 +102,12 @@ def read_tail(
     partial = parts.pop()
     if pos > 0 and parts:  # the first piece may be the cut-off end of an older line
         parts = parts[1:]
-    lines = [clean(p.decode("utf-8", "replace")) for p in parts[-max_lines:]] if max_lines else []
-    return lines, clean(partial.decode("utf-8", "replace"))
+    lines = [_shown(p) for p in parts[-max_lines:]] if max_lines else []
+    return lines, partial.decode("utf-8", "replace")  # raw: the feed bounds and escapes it
+
+
+def _shown(line: bytes) -> str:
+    """A mirrored line as the pane shows it: bounded like a live one, then sanitized."""
+    clip = LineClip()
+    clip.set_partial(line.decode("utf-8", "replace"))
+    return clean(clip.flush() or "")

@@ -17,6 +17,7 @@ from textual.widgets import Log
 
 from eagle_tui.app.widgets.logs.feed import LogFeed, read_tail
 from eagle_tui.app.widgets.logs.readable import readable
+from runbook.escape import terminal
 from runbook.mirror import resume_point
 
 MAX_LINES = 5000  # scrollback kept in the widget
@@ -116,4 +117,5 @@ class LiveLog(Log):
 
     def _write(self, lines: list[str]) -> None:
         self.shown_lines += len(lines)
-        self.write_lines([readable(x) for x in lines])
+        # lines are escaped already; a record's fields are JSON-decoded again: escape them too
+        self.write_lines([terminal(readable(x)) for x in lines])

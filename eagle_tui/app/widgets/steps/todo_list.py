@@ -14,6 +14,7 @@ from textual.widgets import DataTable
 from eagle_tui.app.format import duration_text
 from eagle_tui.present import guards as guard_view
 from eagle_tui.present.status import ICONS, STYLES
+from runbook.escape import terminal
 from runbook.events import PENDING, RUNNING, SUCCEEDED
 from runbook.state import StepRecord
 
@@ -46,7 +47,9 @@ def note_text(rec: StepRecord) -> Text:
     note = NOTES.get(rec.reason or "", rec.reason or "")
     if rec.reason == "exit_code" and rec.exit_code is not None:
         note = f"exit {rec.exit_code}"
-    return Text(note, style=STYLES.get(rec.status, "dim") if rec.status != SUCCEEDED else "dim")
+    return Text(
+        terminal(note), style=STYLES.get(rec.status, "dim") if rec.status != SUCCEEDED else "dim"
+    )
 
 
 class TodoList(DataTable):
@@ -130,7 +133,7 @@ class TodoList(DataTable):
         return [
             icon,
             sid_text,
-            Text(title, style=title_style, overflow="ellipsis", no_wrap=True),
+            Text(terminal(title), style=title_style, overflow="ellipsis", no_wrap=True),
             Text(duration_text(rec, now), style="dim"),
             guard_view.summary(guard_view.current(guards, rec.status)),
             note_text(rec),
