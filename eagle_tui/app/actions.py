@@ -41,6 +41,7 @@ class Host(Protocol):
     def call_from_thread(self, callback: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
     def record(self, sid: str) -> StepRecord | None: ...
     def set_mode(self, mode: str) -> None: ...
+    def ask(self, title: str, body: str, answered: Callable[[bool | None], None]) -> None: ...
 
 
 class EngineActions:
@@ -127,16 +128,42 @@ class EngineActions:
             self.app.set_mode("")
 
     def continue_intent(self) -> None:
-        """On opening: a run-all the last driver did not finish (quit, kill -9) goes on."""
+        """On opening: a run-all the last cockpit did not finish (quit, kill -9) goes on; one
+        given by another driver (`--auto`, whose process died) is only offered: opening a view
+        never starts execution on another driver's word."""
         intent = self.engine.state.intent if self.engine.state is not None else None
         if intent is None:
             return
-        self.notify(
-            f"continuing run-all from {intent.start or 'the first step'} (given by {intent.by} "
-            "before the relaunch); press A to stop it after the running step",
-            timeout=12,
+        start = intent.only or intent.start or "the first step"
+        if intent.by == "cockpit":
+            self.notify(
+                f"continuing run-all from {start} (given by the cockpit before the relaunch); "
+                "press A to stop it after the running step",
+                timeout=12,
+            )
+            self.drive_all(intent.start, continued=True)
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes and intent.only is not None:  # `--only STEP`: that step, not a run-all
+                self.engine.clear_intent(f"continued in the cockpit as {intent.only} alone")
+                self.drive_step(intent.only)
+            elif yes:
+                self.drive_all(intent.start, continued=True)
+            else:
+                self.notify(
+                    f"run-all from {start} not continued; nothing was started (a on a step runs "
+                    "all from there, A forgets the saved run-all)",
+                    timeout=12,
+                )
+
+        self.app.ask(
+            f"continue run-all from {start}? [y/N]",
+            f"A run-all from {start} was given by {intent.by} (eagle-tui run --auto), which is "
+            "no longer running. Nothing runs unless you say so: y continues it from the first "
+            "step that is not done; n (or Escape) leaves every step as it is.",
+            answered,
         )
-        self.drive_all(intent.start, continued=True)
 
     def stop_all(self) -> None:
         """Withdraw the run-all intent: the running step finishes (nothing is killed), no next."""

@@ -166,6 +166,10 @@ class CockpitApp(App[int]):
         """The header's note (run-all, follow off)."""
         self.main.set_mode(mode)
 
+    def ask(self, title: str, body: str, answered: Callable[[bool | None], None]) -> None:
+        """A yes/no question (no is the default: Escape and n)."""
+        self.push_screen(AskScreen(title, body, yes="Yes, continue", no="No"), answered)
+
     def guard_results(self, sid: str) -> list[dict[str, Any]]:
         by_phase = self.guards.get(sid, {})
         if by_phase:
@@ -236,7 +240,7 @@ class CockpitApp(App[int]):
             or (running[0] if running else self.next_step())
             or self.engine.rb.steps[0].id
         )
-        self.main.select(first)
+        self.main.select(first, force=True)  # its detail, log tail and curves from the mirror
         if self.reattach:
             for sid in running:  # the engine follows the job from its saved cursor
                 self.actions.drive_step(sid)

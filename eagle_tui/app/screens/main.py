@@ -171,10 +171,12 @@ class MainScreen(Screen[None]):
                 else:
                     self.query_one(TodoList).update_duration(sid, rec, app.clock())
 
-    def select(self, sid: str, move_cursor: bool = True) -> None:
+    def select(self, sid: str, move_cursor: bool = True, force: bool = False) -> None:
+        """`force`: show it even if it is already the selection (the run has just opened: the
+        row highlighted before the state was read showed nothing yet)."""
         if move_cursor:
             self.query_one(TodoList).select_step(sid)  # posts RowHighlighted -> show()
-        if sid != self.selected:
+        if force or sid != self.selected:
             self.show(sid)
 
     def show(self, sid: str) -> None:
