@@ -2,7 +2,8 @@
 
 Exit codes: 0 all done; 1 a step failed or was lost; 2 invalid input, or the state dir cannot be
 written, or the run's audit and state disagree; 3 blocked (a guard failed, or a confirmation was
-needed and not given); 4 another driver holds this runbook's work on the box.
+needed and not given); 4 another driver holds this runbook's work on the box; 5 (--dry-run) a
+host could not be reached, so its guards were not evaluated; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -136,6 +137,7 @@ async def _run_headless(args: argparse.Namespace, engine: Engine, view, run_id: 
         if args.dry_run:
             await engine.open_readonly()
             code = await engine.dry_run()
+            view.dry_run_done = True
         else:
             await engine.open(run_id)
             code = await engine.run_all(start=getattr(args, "from"), only=args.only)
@@ -143,7 +145,9 @@ async def _run_headless(args: argparse.Namespace, engine: Engine, view, run_id: 
         if not interrupted:
             raise
         view.console.print(
-            "interrupted: jobs keep running on the box; run the same command again to reattach"
+            "interrupted: dry run stopped; nothing changed"
+            if args.dry_run
+            else "interrupted: jobs keep running on the box; run the same command again to reattach"
         )
         code = 130
     except TransportError as exc:
@@ -249,18 +253,36 @@ def cmd_run(args: argparse.Namespace) -> int:
             code, str(engine.store.audit_path), engine.audit.head.seq, engine.audit.head.hash
         )
     elif args.dry_run:
-        print(dry_run_verdict(getattr(engine, "dry_report", {})))
+        print(
+            dry_run_verdict(
+                getattr(engine, "dry_report", {}), getattr(engine, "dry_unreachable", {})
+            )
+            if view.dry_run_done
+            else f"dry run: stopped before every step was evaluated (exit {code}); nothing changed"
+        )
     return code
 
 
-def dry_run_verdict(report: dict[str, tuple[str, str]]) -> str:
-    """The dry run's last line: every blocked step and why, or that nothing is blocked."""
+def dry_run_verdict(
+    report: dict[str, tuple[str, str]], unreachable: dict[str, str] | None = None
+) -> str:
+    """The dry run's last line: unreachable hosts, every blocked step and why, or that nothing
+    is blocked (only when every guard was evaluated)."""
     blocked = [f"{sid} ({why})" for sid, (state, why) in report.items() if state == "blocked"]
     pending = [sid for sid, (state, _) in report.items() if state == "pending"]
+    unevaluated = [sid for sid, (state, _) in report.items() if state == "not evaluated"]
     waits = f"; {len(pending)} pending on earlier steps" if pending else ""
+    parts = []
+    if unreachable:
+        parts.append(
+            f"guards of {len(unevaluated)} step(s) not evaluated: "
+            + ", ".join(f"{h} unreachable" for h in unreachable)
+        )
     if blocked:
-        return f"dry run: blocked: {'; '.join(blocked)}{waits}; nothing changed"
-    return f"dry run: nothing blocked{waits}; nothing changed"
+        parts.append(f"blocked: {'; '.join(blocked)}")
+    if not parts:
+        parts.append("nothing blocked")
+    return f"dry run: {'; '.join(parts)}{waits}; nothing changed"
 
 
 # ---------------------------------------------------------------------- status

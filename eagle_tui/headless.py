@@ -41,6 +41,7 @@ class HeadlessView:
         dry_run: bool = False,
     ) -> None:
         self.dry_run = dry_run  # list every guard with its observed value, under its step
+        self.dry_run_done = False  # the dry run evaluated every step (its verdict is whole)
         self.console = console or Console(highlight=False, soft_wrap=True)
         self.live_mode = self.console.is_terminal
         self.titles = step_titles
@@ -120,20 +121,21 @@ class HeadlessView:
                 "would run": "cyan",
                 "pending": "dim",
                 "blocked": "yellow",
+                "not evaluated": "magenta",
             }[event.state]
             cmd = (
                 event.command
                 if isinstance(event.command, str) or event.command is None
                 else " ".join(event.command)
             )
-            line = Text(f"{event.state:>9}", style=style) + Text(" ")
+            line = Text(f"{event.state:>13}", style=style) + Text(" ")
             line.append(event.step_id, style="bold")
             line.append(f" on {event.host}")
             if event.destructive:
                 line.append(" (destructive: needs confirmation)", style="bold red")
             line.append(f": {cmd or '(guards only)'}")
             if event.why:
-                line.append(f"\n          {event.why}", style=style)
+                line.append(f"\n              {event.why}", style=style)
             self._print(line)
             for guard_line in self._dry_guards.pop(event.step_id, []):  # evaluated first
                 self._print(guard_line)
@@ -162,8 +164,9 @@ class HeadlessView:
             # `error:` line, or the step's `lost` reason), so one refusal reads as one message.
             # A first connection that keeps failing is shown like a reconnect.
             if event.state == "reconnecting" or (event.state == "connecting" and event.message):
+                said = (event.message or "").removeprefix(f"{event.host}: ")  # the host once
                 self.connection = f"{event.host}: {event.state} (attempt {event.attempt})" + (
-                    f": {event.message}" if event.message else ""
+                    f": {said}" if said else ""
                 )
                 self._print(Text(self.connection, style="yellow"))
             elif event.state == "connected":

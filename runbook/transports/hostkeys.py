@@ -137,6 +137,11 @@ class VerifyingClient(asyncssh.SSHClient):
         self.refusal: TransportError | None = None
         self.recorded: str | None = None  # fingerprint added to known_hosts by this connection
         self.lost = False
+        self.authenticating = False  # the key exchange is done (a timeout names the phase)
+
+    def begin_auth(self, username: str) -> bool:
+        self.authenticating = True
+        return super().begin_auth(username)
 
     def validate_host_public_key(
         self, host: str, addr: str, port: int, key: asyncssh.SSHKey
