@@ -219,7 +219,15 @@ class EngineActions:
         self._work(self.engine.cancel(sid), name=f"cancel:{sid}", group=ENGINE_GROUP)
 
     def dry_run(self) -> None:
-        if not self.app.opened:
+        if not self.app.opened:  # opening waits for the box: say why instead of nothing
+            session = self.engine.sessions.get(self.engine.default_host)
+            why = session.last_error if session is not None else None
+            self.notify(
+                "dry-run: the run is still opening"
+                + (f": {why} (retrying; q quits)" if why else ""),
+                severity="warning",
+                timeout=10,
+            )
             return
         self._work(self._dry_run(), name="dry-run", group=GUARDS_GROUP, exclusive=True)
 
@@ -229,7 +237,19 @@ class EngineActions:
         blocked = [sid for sid, (state, _) in report.items() if state == "blocked"]
         pending = sum(1 for state, _ in report.values() if state == "pending")
         waits = f"; {pending} pending on earlier steps" if pending else ""
-        if code == EXIT_OK:
+        if self.engine.dry_unreachable:
+            hosts = "; ".join(
+                f"{h}: {why.removeprefix(h + ': ')}"
+                for h, why in self.engine.dry_unreachable.items()
+            )
+            blocked_too = f"; blocked: {', '.join(blocked)}" if blocked else ""
+            self.notify(
+                f"dry-run: guards not evaluated, host unreachable ({hosts}){blocked_too}{waits}; "
+                "nothing changed",
+                severity="error",
+                timeout=12,
+            )
+        elif code == EXIT_OK:
             self.notify(f"dry-run: nothing blocked{waits}; nothing changed")
         else:
             self.notify(

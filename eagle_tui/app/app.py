@@ -155,8 +155,14 @@ class CockpitApp(App[int]):
         if ev.state == "failed" and ev.message:
             if ev.refused_key is not None:  # fields, not the message, say what is offered
                 self.trust.offer_trust(ev.host, ev.refused_key, ev.message)
-        elif line := self.reachability.update(ev.host, ev.state, ev.attempt, ev.message):
+        elif line := self.reachability.update(
+            ev.host, ev.state, ev.attempt, ev.message, self._ssh_target(ev.host)
+        ):
             self.notify(line, severity="error", timeout=30)
+
+    def _ssh_target(self, host: str) -> str:
+        config = self.engine.rb.hosts.get(host)
+        return getattr(config, "ssh", None) or host
 
     def record(self, sid: str) -> StepRecord | None:
         state = self.engine.state

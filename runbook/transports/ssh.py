@@ -322,7 +322,7 @@ class SshTransport:
         at = self.name if where in (self.name, f"{self.name}:22") else f"{self.name} ({where})"
         sock = None
         if via is None:  # direct: resolve and connect ourselves, each phase with its own bound
-            sock = await self._tcp(res, where, timeout)
+            sock = await self._tcp(res, at, timeout)
         try:
             conn = await asyncio.wait_for(
                 asyncssh.connect(
@@ -367,13 +367,13 @@ class SshTransport:
                 raise TransportError(
                     f"{at}: {phase} within {timeout:g} s (ConnectTimeout)"
                 ) from exc
-            raise TransportError(f"{self.name}: cannot reach {where}: {_describe(exc)}") from exc
+            raise TransportError(f"{at}: SSH connection failed: {_describe(exc)}") from exc
         except ValueError as exc:  # asyncssh's option checks (bad key file, bad algorithm...)
             raise TransportError(f"{self.name}: {where}: {exc}", permanent=True) from exc
         conns.append(conn)
         return conn
 
-    async def _tcp(self, res: _Resolved, where: str, timeout: float) -> socket.socket:
+    async def _tcp(self, res: _Resolved, at: str, timeout: float) -> socket.socket:
         """Resolve (RESOLVE_TIMEOUT) and open the TCP connection (`timeout`), each failure one
         line naming its phase."""
         loop = asyncio.get_running_loop()
@@ -408,7 +408,7 @@ class SshTransport:
             except OSError as exc:
                 last = f"TCP connect failed: {exc.strerror or exc}"
             sock.close()
-        raise TransportError(f"{self.name}: cannot reach {where}: {last}")
+        raise TransportError(f"{at}: {last}")
 
     # ------------------------------------------------------------------ bootstrap
     async def _bundle_now(self) -> Bundle:
