@@ -140,6 +140,7 @@ async def _run_headless(args: argparse.Namespace, engine: Engine, view, run_id: 
             view.dry_run_done = True
         else:
             await engine.open(run_id)
+            view.opened()
             code = await engine.run_all(start=getattr(args, "from"), only=args.only)
     except asyncio.CancelledError:
         if not interrupted:
@@ -250,7 +251,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         code = asyncio.run(go())
     if engine.store is not None and engine.audit is not None:
         view.summary(
-            code, str(engine.store.audit_path), engine.audit.head.seq, engine.audit.head.hash
+            code,
+            str(engine.store.audit_path),
+            engine.audit.head.seq,
+            engine.audit.head.hash,
+            records=engine.state.steps if engine.state is not None else None,
         )
     elif args.dry_run:
         print(

@@ -4,6 +4,7 @@ when stdout is not a terminal (CI logs) and as a live Rich display when it is.""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console, Group
@@ -15,7 +16,9 @@ from rich.text import Text
 from eagle_tui.present import guards as guard_view
 from eagle_tui.present.status import ICONS, STYLES, progress_text
 from remote_agent.progress import PREFIX as PROGRESS_PREFIX
+from runbook.engine.constants import EXIT_INTERRUPTED, EXIT_MEANINGS, EXIT_OK
 from runbook.events import (
+    DONE,
     PENDING,
     RUNNING,
     ConnectionChanged,
@@ -29,6 +32,7 @@ from runbook.events import (
     RunStarted,
     StepChanged,
 )
+from runbook.state import StepRecord
 from runbook.units import format_duration
 
 
@@ -56,6 +60,8 @@ class HeadlessView:
         self._progress_printed: dict[str, float] = {}
         self._dry_guards: dict[str, list[Text]] = {}
         self.live: Live | None = None
+        self.replaying = False  # a resumed run's states, replayed as it opens: earlier news
+        self._guards_said: set[str] = set()  # steps whose blocking guard lines were printed
 
     # -------------------------------------------------------------- lifecycle
     def __enter__(self) -> HeadlessView:
@@ -105,6 +111,7 @@ class HeadlessView:
     # -------------------------------------------------------------- events
     def __call__(self, event: Event) -> None:
         if isinstance(event, RunStarted):
+            self.replaying = event.resumed  # until the CLI says the run is open (`opened`)
             how = "resumed" if event.resumed else "new"
             self._print(
                 Text.from_markup(
@@ -149,6 +156,7 @@ class HeadlessView:
                 for g in guard_view.views(results):
                     if g.mark == "✗":
                         self._print(Text(f"  {event.step_id} ") + Text(g.plain(), style=g.style))
+                        self._guards_said.add(event.step_id)
         elif isinstance(event, LogChunk):
             if self.show_logs:
                 self._log(event.step_id, event.text)
@@ -180,9 +188,26 @@ class HeadlessView:
             self._flush_partials()
         self._refresh()
 
+    def opened(self) -> None:
+        """The run is open: what follows happens now (not a replay of earlier sessions)."""
+        self.replaying = False
+
     def _on_step(self, event: StepChanged) -> None:
         sid, st = event.step_id, event.status
         if sid not in self.status:
+            return
+        if self.replaying:  # a state from an earlier session: said as such, once
+            self.status[sid] = st
+            self.reasons[sid] = (
+                event.reason if not event.message else f"{event.reason}: {event.message}"
+            )
+            if st != PENDING:
+                why = f" ({escape(self.reasons[sid] or '')})" if self.reasons[sid] else ""
+                self._print(
+                    Text.from_markup(
+                        f"[dim]{ICONS[st]} {escape(sid)} {st} in an earlier session{why}[/]"
+                    )
+                )
             return
         prev = self.status[sid]
         self.status[sid] = st
@@ -202,7 +227,11 @@ class HeadlessView:
                 return
             self._flush_partial(sid)
             dur = self.durations.get(sid)
-            tail = f" ({escape(self.reasons[sid] or '')})" if self.reasons[sid] else ""
+            shown = self.reasons[sid] or ""
+            if sid in self._guards_said and event.reason:  # the guard lines above said why
+                shown = event.reason
+            self._guards_said.discard(sid)
+            tail = f" ({escape(shown)})" if shown else ""
             self._print(
                 Text.from_markup(
                     f"[{STYLES[st]}]{ICONS[st]} {escape(sid)} {st}[/]{tail}"
@@ -231,13 +260,25 @@ class HeadlessView:
         for sid in list(self._partial):
             self._flush_partial(sid)
 
-    def summary(self, code: int, audit_path: str, head_seq: int, head_hash: str) -> None:
+    def summary(
+        self,
+        code: int,
+        audit_path: str,
+        head_seq: int,
+        head_hash: str,
+        records: Mapping[str, StepRecord] | None = None,
+    ) -> None:
+        """The closing table and the exit line. `records`: the run's state, for the durations
+        of steps that ran in earlier sessions."""
         table = Table(title="summary", show_header=True, header_style="bold")
         for col in ("", "step", "status", "reason", "duration"):
             table.add_column(col)
         for sid in self.titles:
             st = self.status[sid]
             dur = self.durations.get(sid)
+            rec = (records or {}).get(sid)
+            if dur is None and rec is not None and rec.started_at and rec.ended_at:
+                dur = rec.ended_at - rec.started_at  # ran in an earlier session
             table.add_row(
                 Text(ICONS[st], style=STYLES[st]),
                 sid,
@@ -248,9 +289,19 @@ class HeadlessView:
         self.console.print(table)
         self.console.print(f"audit: {audit_path}")
         self.console.print(f"audit head: seq {head_seq} sha256 {head_hash}")
-        meaning = {
-            0: "all steps done",
-            1: "a step failed or was lost",
-            3: "blocked: a guard failed or a confirmation was needed",
-        }.get(code, "")
-        self.console.print(f"exit {code}: {meaning}")
+        self.console.print(f"exit {code}: {self.exit_meaning(code)}")
+
+    def exit_meaning(self, code: int) -> str:
+        """With `--only`/`--from` exit 0 leaves other steps pending: "all steps done" would lie."""
+        pending = [sid for sid, st in self.status.items() if st not in DONE]
+        if code == EXIT_OK and pending:
+            return f"selected steps done; {len(pending)} pending ({', '.join(pending)})"
+        if code == EXIT_INTERRUPTED:
+            running = [sid for sid, st in self.status.items() if st == RUNNING]
+            return EXIT_MEANINGS[code] + (
+                f"; still running on the box: {', '.join(running)} (run the same command "
+                "again to reattach)"
+                if running
+                else "; nothing was left running"
+            )
+        return EXIT_MEANINGS.get(code, "")

@@ -44,6 +44,7 @@ from runbook.agent_client import AgentError
 from runbook.audit_seal import AuditBreak
 from runbook.box_claim import EXIT_LOCKED, DriverLocked
 from runbook.engine import EXIT_OK, Confirmation, ConfirmRequest, Engine
+from runbook.engine.constants import EXIT_MEANINGS
 from runbook.events import (
     BLOCKED,
     DONE,
@@ -144,7 +145,8 @@ class CockpitApp(App[int]):
     def _run_finished(self, m: msg.RunFinished) -> None:
         ev = m.event
         self.notify(
-            f"run finished: exit {ev.exit_code} · audit head seq {ev.audit_seq} {ev.audit_head[:16]}…",
+            f"run finished: exit {ev.exit_code} ({EXIT_MEANINGS.get(ev.exit_code, 'see --help')}) "
+            f"· audit head seq {ev.audit_seq} {ev.audit_head[:16]}…",
             severity="information" if ev.exit_code == EXIT_OK else "warning",
             timeout=8,
         )
@@ -348,6 +350,15 @@ class CockpitApp(App[int]):
 
     async def action_quit(self) -> None:
         self.request_quit()
+
+    def action_help_quit(self) -> None:
+        """Ctrl+C does not quit (a reflex must not kill bound jobs): say which key does, in plain
+        text (Textual's own toast carries markup, which our literal toasts would show raw)."""
+        keys = self._keymap.get("quit", "q").split(",")[0]
+        self.notify(
+            f"Press {keys} (or ctrl+q) to quit; ctrl+c does not quit the cockpit",
+            title="Do you want to quit?",
+        )
 
     async def _quit(self) -> None:
         """Stop following jobs (they keep running on the box), release the run, exit."""

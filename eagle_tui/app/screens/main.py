@@ -98,9 +98,16 @@ HELP = {
 }
 
 
+# The footer shows bindings in order and cuts what does not fit: how to quit, get help and read
+# the whole log come first; the log pane's Home/End are in the help, not the footer.
+FOOTER_FIRST = ("quit_app", "help", "full_log")
+NOT_IN_FOOTER = {"log_end", "log_home"}
+
+
 class MainScreen(Screen[None]):
     BINDINGS = [
-        Binding(k, a, d, id=i, tooltip=HELP[a], priority=a in PRIORITY) for k, a, d, i in ACTIONS
+        Binding(k, a, d, id=i, tooltip=HELP[a], priority=a in PRIORITY, show=a not in NOT_IN_FOOTER)
+        for k, a, d, i in sorted(ACTIONS, key=lambda x: x[1] not in FOOTER_FIRST)
     ]
 
     def __init__(self) -> None:
