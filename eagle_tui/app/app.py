@@ -40,6 +40,7 @@ from eagle_tui.app.screens.dialogs import AskScreen, ErrorScreen
 from eagle_tui.app.screens.main import ACTIONS, HELP, MainScreen
 from eagle_tui.app.trust import HostTrust
 from eagle_tui.app.widgets.progress.metrics import StepMetrics, scan_metrics
+from runbook import audit as audit_mod
 from runbook.agent_client import AgentError
 from runbook.audit_seal import AuditBreak
 from runbook.box_claim import EXIT_LOCKED, DriverLocked
@@ -236,6 +237,7 @@ class CockpitApp(App[int]):
 
     async def _open(self) -> None:
         self.run_id = await self.engine.open(self.run_id)  # re-chosen under the driver claim
+        self.recall_guards()
         self.opened = True
         self.main.refresh_all()
         running = [
@@ -255,6 +257,29 @@ class CockpitApp(App[int]):
             self.actions.continue_intent()  # a run-all the last cockpit did not finish goes on
         if self.connect:
             await self.engine.session(self.engine.default_host)  # stats + connection state now
+
+    def recall_guards(self) -> None:
+        """A reopened run shows the guards and proofs its steps were judged by, as recorded in
+        its audit (the latest of each phase per step), not "not evaluated yet"; what is
+        evaluated from now on replaces them."""
+        store = self.engine.store
+        if store is None or not store.audit_path.exists():
+            return
+        steps = set(self.engine.rb.step_ids)
+        for record in audit_mod.read_records(store.audit_path):
+            sid = record.get("step")
+            if record.get("event") != "step.state" or sid not in steps:
+                continue
+            for key, default in (("guards", "pre"), ("postconditions", "post")):
+                results = record.get(key)
+                if not isinstance(results, list) or not results:
+                    continue
+                by_phase: dict[str, list[dict[str, Any]]] = {}
+                for r in results:
+                    if isinstance(r, dict):
+                        by_phase.setdefault(str(r.get("phase") or default), []).append(r)
+                for phase, rs in by_phase.items():
+                    self.guards.setdefault(sid, {})[phase] = tuple(rs)
 
     def next_step(self) -> str | None:
         for sid in ordered_steps(self.engine.rb):
