@@ -244,6 +244,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         new_run=args.new_run,
     )
 
+    view.record_of = lambda sid: engine.state.steps.get(sid) if engine.state else None
+
     async def go() -> int:
         return await _run_headless(args, engine, view, run_id)
 

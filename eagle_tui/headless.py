@@ -4,7 +4,7 @@ when stdout is not a terminal (CI logs) and as a live Rich display when it is.""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich.console import Console, Group
@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from eagle_tui.app.widgets.logs.feed import read_tail
 from eagle_tui.present import guards as guard_view
 from eagle_tui.present.status import ICONS, STYLES, progress_text
 from remote_agent.progress import PREFIX as PROGRESS_PREFIX
@@ -21,6 +22,7 @@ from runbook.events import (
     DONE,
     PENDING,
     RUNNING,
+    TERMINAL_BAD,
     ConnectionChanged,
     DryRunStep,
     Event,
@@ -34,6 +36,8 @@ from runbook.events import (
 )
 from runbook.state import StepRecord
 from runbook.units import format_duration
+
+FAILURE_TAIL = 20  # lines of a failed step's log shown with --quiet
 
 
 class HeadlessView:
@@ -61,6 +65,8 @@ class HeadlessView:
         self._dry_guards: dict[str, list[Text]] = {}
         self.live: Live | None = None
         self.replaying = False  # a resumed run's states, replayed as it opens: earlier news
+        # the engine's records (log file per step), for a failed step's log path and tail
+        self.record_of: Callable[[str], StepRecord | None] = lambda sid: None
         self._guards_said: set[str] = set()  # steps whose blocking guard lines were printed
 
     # -------------------------------------------------------------- lifecycle
@@ -238,6 +244,24 @@ class HeadlessView:
                     + (f" [dim]{format_duration(dur)}[/]" if dur else "")
                 )
             )
+            if st in TERMINAL_BAD:
+                self._failure_log(sid)
+
+    def _failure_log(self, sid: str) -> None:
+        """Where a failed step's whole log is; with --quiet (its lines were not streamed) also
+        its last lines, so the failure can be read without opening the file."""
+        rec = self.record_of(sid)
+        if rec is None or not rec.log_file:
+            return
+        if not self.show_logs:
+            lines, partial = read_tail(rec.log_file, rec.log_mirror_size, FAILURE_TAIL)
+            shown = [*lines, partial] if partial else lines
+            if shown:
+                self._print(Text(f"  last {len(shown)} lines of {sid}'s log:", style="dim"))
+                self._print(
+                    Text("\n").join(Text(f"  {sid} │ ", style="dim") + Text(x) for x in shown)
+                )
+        self._print(Text(f"  {sid} log: {rec.log_file}", style="dim"))
 
     def _log(self, step_id: str, text: str) -> None:
         buf = self._partial.get(step_id, "") + text

@@ -146,3 +146,14 @@ async def test_run_finished_toast_says_what_the_code_means(cockpit_env):
         await pilot.press("q")
     st = json.loads(app.engine.store.state_path.read_text())
     assert st["finished"] is True
+
+
+def test_quiet_shows_a_failed_steps_tail_and_log_path(env, capsys):
+    """`--quiet` streams no logs, but a failed step's last lines and its log file are shown."""
+    assert cli_main(env.argv("--auto", "--quiet")) == 1
+    out = capsys.readouterr().out
+    assert "✗ flaky failed" in out
+    assert "last 1 lines of flaky's log:" in out and "  flaky │ not fixed yet" in out, out
+    log = re.search(r"  flaky log: (\S+)", out).group(1)
+    assert open(log).read() == "not fixed yet\n"
+    assert "  ok │" not in out  # the succeeded step's output stays quiet
