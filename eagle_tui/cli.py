@@ -303,12 +303,17 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(run.model_dump_json(indent=1))
         return EXIT_OK
     code = status_exit_code(run)
+    import time
+
     from rich.console import Console
     from rich.table import Table
 
     from eagle_tui.present.status import ICONS, STYLES, progress_text
     from runbook.units import format_duration
 
+    age = format_duration(max(0.0, time.time() - run.updated_at))
+    attached = driver_attached(_state_dir(args) / "runs" / run.run_id)
+    running = [sid for sid, r in run.steps.items() if r.status == RUNNING]
     table = Table(title=f"run {run.run_id} · runbook {run.runbook_name}", header_style="bold")
     for col in ("", "step", "status", "reason", "attempt", "exit", "duration", "progress"):
         table.add_column(col, overflow="fold")  # ids are never cut with "…", even when piped
@@ -322,11 +327,40 @@ def cmd_status(args: argparse.Namespace) -> int:
             str(rec.attempt or ""),
             "" if rec.exit_code is None else str(rec.exit_code),
             format_duration(dur) if dur else "",
-            progress_text(rec.progress) if rec.progress else "",
+            (
+                progress_text(rec.progress)
+                + (f" (as of {age} ago)" if rec.status == RUNNING and not attached else "")
+            )
+            if rec.progress
+            else "",
         )
     Console(width=None if sys.stdout.isatty() else 200).print(table)
+    if running and not attached:  # the figures stopped when the driver did
+        print(
+            f"no driver is attached: the state was last written {age} ago; the progress and ETA "
+            f"of {', '.join(running)} are as of then (`eagle-tui run RUNBOOK --run {run.run_id}` "
+            "reattaches)"
+        )
     print(f"audit head: seq {run.audit_seq} sha256 {run.audit_head}")
     return code
+
+
+def driver_attached(run_dir: Path) -> bool:
+    """Whether an eagle-tui process holds the run's lock now (RunStore.lock: flock)."""
+    import fcntl
+    import os
+
+    try:
+        fd = os.open(run_dir / "lock", os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing drops a lock taken here
+    return False
 
 
 def status_exit_code(run: RunState) -> int:

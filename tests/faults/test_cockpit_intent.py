@@ -86,7 +86,7 @@ def test_kill_9_during_run_all_then_relaunch_continues(tmp_path, tally, capsys, 
     assert cli_main(["audit", "verify", "--state-dir", str(state)]) == 0
 
 
-def _auto_until_gate_then_kill(env) -> None:
+def _auto_until_gate_then_kill(env, need_progress: bool = False) -> None:
     """`--auto --yes` in its own process, killed (-9) while `train` waits at its gate."""
     argv = [sys.executable, "-m", "eagle_tui.cli", *env.argv("--auto", "--yes", "--quiet")]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -97,8 +97,10 @@ def _auto_until_gate_then_kill(env) -> None:
                 st = state_of(env)
             except (StopIteration, OSError, ValueError):
                 st = None
-            log = (st or {}).get("steps", {}).get("train", {}).get("log_file")
-            if log and os.path.exists(log) and "waiting for" in open(log).read():
+            train = (st or {}).get("steps", {}).get("train", {})
+            log = train.get("log_file")
+            waiting = log and os.path.exists(log) and "waiting for" in open(log).read()
+            if waiting and (train.get("progress") or not need_progress):
                 break
             time.sleep(0.1)
         else:
@@ -160,3 +162,27 @@ async def _offered_then_answered(env, tally) -> None:
             pilot, lambda: status(app, "report") == "succeeded", timeout=60, what="report to run"
         )
         await pilot.press("q")
+
+
+def test_status_after_the_driver_died_says_its_figures_are_stale(tmp_path, monkeypatch, capsys):
+    """Issue 28: `status` of a run whose driver was killed says no driver is attached and how
+    old the running step's progress and ETA are."""
+    monkeypatch.setenv("EAGLE_TUI_SPOOL", str(tmp_path / "spool"))
+    (tmp_path / "work").mkdir()
+    # lines 0.6 s apart: the engine saves progress at most every 0.5 s
+    sets = ["gate_at=6", "lines=8", "interval=0.6"]  # progress every 5 lines
+    env = Env(tmp_path, RUNBOOKS / "cockpit.yaml", extra_sets=sets)
+    try:
+        _auto_until_gate_then_kill(env, need_progress=True)
+        time.sleep(1.1)
+        capsys.readouterr()
+        assert cli_main(["status", "--state-dir", str(env.state)]) == 0
+        out = capsys.readouterr().out
+    finally:
+        from tests.support.jobs import kill_leftover_jobs
+
+        kill_leftover_jobs(tmp_path / "spool")
+    row = next(x for x in out.splitlines() if "│ train" in x)
+    assert "running" in row and "(as of " in row and " ago)" in row, out
+    assert "no driver is attached: the state was last written " in out
+    assert "progress and ETA of train are as of then" in out
