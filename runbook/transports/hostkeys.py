@@ -139,9 +139,8 @@ class VerifyingClient(asyncssh.SSHClient):
         self.lost = False
         self.authenticating = False  # the key exchange is done (a timeout names the phase)
 
-    def begin_auth(self, username: str) -> bool:
+    def begin_auth(self, username: str) -> None:
         self.authenticating = True
-        return super().begin_auth(username)
 
     def validate_host_public_key(
         self, host: str, addr: str, port: int, key: asyncssh.SSHKey
