@@ -22,6 +22,7 @@ from runbook.events import (
     DONE,
     PENDING,
     RUNNING,
+    SUCCEEDED,
     TERMINAL_BAD,
     ConnectionChanged,
     DryRunStep,
@@ -246,6 +247,18 @@ class HeadlessView:
             )
             if st in TERMINAL_BAD:
                 self._failure_log(sid)
+            elif st == SUCCEEDED:
+                self._removed(sid)
+
+    def _removed(self, sid: str) -> None:
+        """A delete says what it removed: the engine's evidence for each target it measured
+        (`removal_target`: the resolved path, bytes and files) as the guards showed it."""
+        rec = self.record_of(sid)
+        for g in rec.guards if rec is not None else []:
+            removes = guard_view.removal_text(g.get("observed")) if g.get("ok") else None
+            if g.get("check") == "removal_target" and removes:
+                target = g["observed"].get("target")
+                self._print(Text(f"  {sid} {removes.replace('removes', 'removed', 1)}: {target}"))
 
     def _failure_log(self, sid: str) -> None:
         """Where a failed step's whole log is; with --quiet (its lines were not streamed) also

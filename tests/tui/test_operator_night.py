@@ -157,3 +157,32 @@ def test_quiet_shows_a_failed_steps_tail_and_log_path(env, capsys):
     log = re.search(r"  flaky log: (\S+)", out).group(1)
     assert open(log).read() == "not fixed yet\n"
     assert "  ok │" not in out  # the succeeded step's output stays quiet
+
+
+DELETE_RUNBOOK = """\
+name: delete-says-what
+vars: {work: /nonexistent}
+steps:
+  - id: stage
+    title: Make something to delete
+    run: mkdir -p ${work}/old && head -c 5000 /dev/zero > ${work}/old/a.bin
+  - id: wipe
+    title: Delete it
+    run: [rm, -rf, "${work}/old"]
+    removes: ["${work}/old"]
+    removes_within: "${work}"
+    destructive: true
+    confirm: Delete ${work}/old?
+"""
+
+
+def test_headless_delete_says_what_it_removed(env, capsys):
+    """The engine's delete evidence (the resolved target, its bytes and files), once it ran."""
+    rb = env.root / "delete.yaml"
+    rb.write_text(DELETE_RUNBOOK)
+    argv = ["run", str(rb), "--state-dir", str(env.state), "--host", "local", "--auto"]
+    argv += ["--quiet", "--set", f"work={env.work}", "--yes", "wipe"]
+    assert cli_main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"  wipe removed 4.9 KiB in 1 file: {env.work / 'old'}" in out, out
+    assert not (env.work / "old").exists()
