@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from runbook.transports.ssh import ssh_command
+from runbook.transports.ssh_target import ssh_command
 
 UNREACHABLE_AFTER = 3  # failed attempts before the operator is told
 

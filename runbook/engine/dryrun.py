@@ -27,6 +27,7 @@ from runbook.events import (
 )
 from runbook.schema import Step, StepSucceeded
 from runbook.transports import TransportError
+from runbook.transports.ssh_target import unreachable_hint
 
 # dry-run states of a step that has yet to run
 WAITING = ("would run", "pending", "blocked", "not evaluated")
@@ -112,10 +113,6 @@ class DryRunMixin(EngineCore):
     def _unreachable_hint(self, host: str) -> str:
         config = self.rb.hosts.get(host)
         target = getattr(config, "ssh", None) or host
-        try:
-            from runbook.transports.ssh import unreachable_hint
-        except ImportError:  # no asyncssh: the hint without the ssh command
-            return "name the box with --host user@host:port or an ~/.ssh/config entry"
         return unreachable_hint(host, target)
 
     def _not_evaluated(

@@ -37,6 +37,9 @@ from runbook.transports.bundle import Bundle, build
 from runbook.transports.hostkeys import KnownHosts, VerifyingClient, fingerprint
 from runbook.transports.local import STREAM_LIMIT
 from runbook.transports.ssh_channel import AgentSession, SshChannel
+from runbook.transports.ssh_target import parse_target, ssh_command, unreachable_hint
+
+__all__ = ["SshTransport", "parse_target", "ssh_command", "unreachable_hint"]
 
 DEFAULT_KEEPALIVE = (15.0, 3)  # interval (s), missed replies before the link counts as dead
 # Every connection phase has its own bound and names itself when it runs out (issue 28): a
@@ -66,46 +69,6 @@ except OSError:
     pass
 shutil.rmtree(tmp, ignore_errors=True)
 """
-
-
-def parse_target(text: str) -> tuple[str | None, str, int | None]:
-    """`[user@]host[:port]` (IPv6 as `[addr]:port`) -> (user, host, port)."""
-    user, _, rest = text.rpartition("@")
-    port: int | None = None
-    m = re.fullmatch(r"\[([^\]]+)\](?::(\d+))?", rest)
-    if m:
-        host, p = m.group(1), m.group(2)
-        port = int(p) if p else None
-    elif rest.count(":") == 1:
-        host, p = rest.split(":")
-        if not p.isdigit():
-            raise TransportError(f"{text!r}: the port must be a number", permanent=True)
-        port = int(p)
-    else:
-        host = rest
-    if not host or (port is not None and not 0 < port < 65536):
-        raise TransportError(f"{text!r}: expected [user@]host[:port] or an ssh alias", True)
-    return user or None, host, port
-
-
-def ssh_command(target: str) -> str:
-    """The `ssh` command line an operator types to try `[user@]host[:port]` by hand."""
-    try:
-        user, host, port = parse_target(target)
-    except TransportError:
-        return f"ssh {shlex.quote(target)}"
-    dest = f"{user}@{host}" if user else host
-    return "ssh " + (f"-p {port} " if port not in (None, 22) else "") + shlex.quote(dest)
-
-
-def unreachable_hint(name: str, target: str) -> str:
-    """What to try when `name` (ssh target `target`) cannot be reached."""
-    alias = (
-        "" if target != name else f" or an ~/.ssh/config entry `Host {name}` (HostName, User, Port)"
-    )
-    return (
-        f"check that `{ssh_command(target)}` works; name the box with --host user@host:port{alias}"
-    )
 
 
 def remote_path(path: str) -> str:
