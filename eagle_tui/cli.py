@@ -145,11 +145,15 @@ async def _run_headless(args: argparse.Namespace, engine: Engine, view, run_id: 
     except asyncio.CancelledError:
         if not interrupted:
             raise
-        view.console.print(
-            "interrupted: dry run stopped; nothing changed"
-            if args.dry_run
-            else "interrupted: jobs keep running on the box; run the same command again to reattach"
-        )
+        if args.dry_run:
+            said = "interrupted: dry run stopped; nothing changed"
+        elif engine.state is None:  # still connecting or opening: nothing was started
+            said = "interrupted before the run opened; nothing was started or changed"
+        else:
+            said = (
+                "interrupted: jobs keep running on the box; run the same command again to reattach"
+            )
+        view.console.print(said)
         code = 130
     except TransportError as exc:
         _err(f"error: {exc}")

@@ -157,7 +157,10 @@ def test_auto_names_the_phase_and_its_bound(tmp_path, silent):
                 break
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=30)
+        rest, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert "interrupted before the run opened; nothing was started or changed" in rest, rest
+    assert "reattach" not in rest
     retry = next(x for x in lines if "(attempt 1)" in x and "retrying in" in x)
     assert "no SSH handshake" in retry and "within 2 s (ConnectTimeout)" in retry, retry
     assert retry.count("127.0.0.1") == 1, retry
