@@ -28,6 +28,7 @@ from .helpers import SIZE, opened, status, type_confirmation, wait_for
 from .tmux_driver import TmuxDriver, cockpit_argv, terminal_env
 
 COCKPIT = __import__("tests.tui.helpers", fromlist=["RUNBOOKS"]).RUNBOOKS / "cockpit.yaml"
+RUNBOOKS_DIR = __import__("tests.support.paths", fromlist=["REPO"]).REPO / "runbooks"
 
 
 @pytest.mark.skipif(not TmuxDriver.available(), reason="tmux is not installed")
@@ -186,3 +187,48 @@ def test_headless_delete_says_what_it_removed(env, capsys):
     out = capsys.readouterr().out
     assert f"  wipe removed 4.9 KiB in 1 file: {env.work / 'old'}" in out, out
     assert not (env.work / "old").exists()
+
+
+async def test_skipping_a_step_says_what_it_leaves_behind(env):
+    """A step's `skipping_leaves` (the shipped runbooks' revert-patch has one) is said in the
+    skip dialog and as a warning once skipped, and kept in the audit."""
+    from eagle_tui.app.screens.dialogs import ReasonScreen
+    from runbook.loader import load_runbook
+
+    for name in ("demo", "kimi-k25-eagle3", "kimi-k25-eagle3-2box", "gpu-sglang-check"):
+        rb = load_runbook(RUNBOOKS_DIR / f"{name}.yaml", {}).runbook
+        assert "still patched" in (rb.step("revert-patch").skipping_leaves or ""), name
+    (env.root / "leaves.yaml").write_text(LEAVES_RUNBOOK)
+    env.runbook = env.root / "leaves.yaml"
+    app = env.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await opened(pilot)
+        app.main.select("revert")
+        await pilot.press("s")
+        await wait_for(pilot, lambda: isinstance(app.screen, ReasonScreen), what="the dialog")
+        assert "Skipping it leaves the file patched." in app.screen.body
+        await pilot.press(*"no time", "enter")
+        await wait_for(pilot, lambda: status(app, "revert") == "skipped", what="the skip")
+        await wait_for(
+            pilot,
+            lambda: any(
+                n.message == "revert skipped: this leaves the file patched"
+                for n in app._notifications
+            ),
+            what="the warning",
+        )
+        records = [json.loads(x) for x in app.engine.store.audit_path.read_text().splitlines()]
+        skip = [r for r in records if r.get("reason") == "operator_skip"]
+        assert skip and skip[-1]["leaves"] == "the file patched"
+        await pilot.press("q")
+
+
+LEAVES_RUNBOOK = """\
+name: leaves
+vars: {work: /nonexistent, python: python3, job: none}
+steps:
+  - id: revert
+    title: Put the file back
+    run: "true"
+    skipping_leaves: the file patched
+"""

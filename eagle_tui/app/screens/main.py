@@ -324,9 +324,11 @@ class MainScreen(Screen[None]):
             if reason:
                 self.actions.skip_step(sid, reason)
 
-        self.app.push_screen(
-            ReasonScreen(f"Skip {sid}?", "The reason is written to the audit log."), done
-        )
+        leaves = self.cockpit.engine.rb.step(sid).skipping_leaves
+        body = "The reason is written to the audit log."
+        if leaves:  # the runbook says what a skip of this step leaves on the box
+            body = f"Skipping it leaves {leaves}.\n{body}"
+        self.app.push_screen(ReasonScreen(f"Skip {sid}?", body), done)
 
     def action_undo_skip(self) -> None:
         if (sid := self._need_selection()) is not None:
