@@ -2,7 +2,8 @@
 
 Exit codes: 0 all done; 1 a step failed or was lost; 2 invalid input, or the state dir cannot be
 written, or the run's audit and state disagree; 3 blocked (a guard failed, or a confirmation was
-needed and not given); 4 another driver holds this runbook's work on the box.
+needed and not given); 4 another driver holds this runbook's work on the box; 5 (--dry-run) a
+host could not be reached, so its guards were not evaluated; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -142,15 +143,23 @@ async def _run_headless(args: argparse.Namespace, engine: Engine, view, run_id: 
         if args.dry_run:
             await engine.open_readonly()
             code = await engine.dry_run()
+            view.dry_run_done = True
         else:
             await engine.open(run_id)
+            view.opened()
             code = await engine.run_all(start=getattr(args, "from"), only=args.only)
     except asyncio.CancelledError:
         if not interrupted:
             raise
-        view.console.print(
-            "interrupted: jobs keep running on the box; run the same command again to reattach"
-        )
+        if args.dry_run:
+            said = "interrupted: dry run stopped; nothing changed"
+        elif engine.state is None:  # still connecting or opening: nothing was started
+            said = "interrupted before the run opened; nothing was started or changed"
+        else:
+            said = (
+                "interrupted: jobs keep running on the box; run the same command again to reattach"
+            )
+        view.console.print(said)
         code = 130
     except TransportError as exc:
         _err(f"error: {exc}")
@@ -246,6 +255,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         new_run=args.new_run,
     )
 
+    view.record_of = lambda sid: engine.state.steps.get(sid) if engine.state else None
+
     async def go() -> int:
         return await _run_headless(args, engine, view, run_id)
 
@@ -253,21 +264,43 @@ def cmd_run(args: argparse.Namespace) -> int:
         code = asyncio.run(go())
     if engine.store is not None and engine.audit is not None:
         view.summary(
-            code, str(engine.store.audit_path), engine.audit.head.seq, engine.audit.head.hash
+            code,
+            str(engine.store.audit_path),
+            engine.audit.head.seq,
+            engine.audit.head.hash,
+            records=engine.state.steps if engine.state is not None else None,
         )
     elif args.dry_run:
-        print(dry_run_verdict(getattr(engine, "dry_report", {})))
+        print(
+            dry_run_verdict(
+                getattr(engine, "dry_report", {}), getattr(engine, "dry_unreachable", {})
+            )
+            if view.dry_run_done
+            else f"dry run: stopped before every step was evaluated (exit {code}); nothing changed"
+        )
     return code
 
 
-def dry_run_verdict(report: dict[str, tuple[str, str]]) -> str:
-    """The dry run's last line: every blocked step and why, or that nothing is blocked."""
+def dry_run_verdict(
+    report: dict[str, tuple[str, str]], unreachable: dict[str, str] | None = None
+) -> str:
+    """The dry run's last line: unreachable hosts, every blocked step and why, or that nothing
+    is blocked (only when every guard was evaluated)."""
     blocked = [f"{sid} ({why})" for sid, (state, why) in report.items() if state == "blocked"]
     pending = [sid for sid, (state, _) in report.items() if state == "pending"]
+    unevaluated = [sid for sid, (state, _) in report.items() if state == "not evaluated"]
     waits = f"; {len(pending)} pending on earlier steps" if pending else ""
+    parts = []
+    if unreachable:
+        parts.append(
+            f"guards of {len(unevaluated)} step(s) not evaluated: "
+            + ", ".join(f"{h} unreachable" for h in unreachable)
+        )
     if blocked:
-        return f"dry run: blocked: {'; '.join(blocked)}{waits}; nothing changed"
-    return f"dry run: nothing blocked{waits}; nothing changed"
+        parts.append(f"blocked: {'; '.join(blocked)}")
+    if not parts:
+        parts.append("nothing blocked")
+    return f"dry run: {'; '.join(parts)}{waits}; nothing changed"
 
 
 # ---------------------------------------------------------------------- status
@@ -282,12 +315,17 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(run.model_dump(mode="json"), indent=1, ensure_ascii=True))
         return EXIT_OK
     code = status_exit_code(run)
+    import time
+
     from rich.console import Console
     from rich.table import Table
 
     from eagle_tui.present.status import ICONS, STYLES, progress_text
     from runbook.units import format_duration
 
+    age = format_duration(max(0.0, time.time() - run.updated_at))
+    attached = driver_attached(_state_dir(args) / "runs" / run.run_id)
+    running = [sid for sid, r in run.steps.items() if r.status == RUNNING]
     table = Table(
         title=Text(terminal(f"run {run.run_id} · runbook {run.runbook_name}")), header_style="bold"
     )
@@ -303,11 +341,44 @@ def cmd_status(args: argparse.Namespace) -> int:
             str(rec.attempt or ""),
             "" if rec.exit_code is None else str(rec.exit_code),
             format_duration(dur) if dur else "",
-            Text(terminal(progress_text(rec.progress) if rec.progress else "")),
+            Text(
+                terminal(
+                    (
+                        progress_text(rec.progress)
+                        + (f" (as of {age} ago)" if rec.status == RUNNING and not attached else "")
+                    )
+                    if rec.progress
+                    else "",
+                )
+            ),
         )
     Console(width=None if sys.stdout.isatty() else 200).print(table)
+    if running and not attached:  # the figures stopped when the driver did
+        print(
+            f"no driver is attached: the state was last written {age} ago; the progress and ETA "
+            f"of {', '.join(running)} are as of then (`eagle-tui run RUNBOOK --run {run.run_id}` "
+            "reattaches)"
+        )
     print(f"audit head: seq {run.audit_seq} sha256 {run.audit_head}")
     return code
+
+
+def driver_attached(run_dir: Path) -> bool:
+    """Whether an eagle-tui process holds the run's lock now (RunStore.lock: flock)."""
+    import fcntl
+    import os
+
+    try:
+        fd = os.open(run_dir / "lock", os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing drops a lock taken here
+    return False
 
 
 def status_exit_code(run: RunState) -> int:

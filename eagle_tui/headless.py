@@ -4,6 +4,7 @@ when stdout is not a terminal (CI logs) and as a live Rich display when it is.""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich.console import Console, Group
@@ -12,13 +13,18 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from eagle_tui.app.widgets.logs.feed import read_tail
 from eagle_tui.present import guards as guard_view
 from eagle_tui.present.status import ICONS, STYLES, progress_text
 from remote_agent.progress import PREFIX as PROGRESS_PREFIX
+from runbook.engine.constants import EXIT_INTERRUPTED, EXIT_MEANINGS, EXIT_OK
 from runbook.escape import log_line, terminal
 from runbook.events import (
+    DONE,
     PENDING,
     RUNNING,
+    SUCCEEDED,
+    TERMINAL_BAD,
     ConnectionChanged,
     DryRunStep,
     Event,
@@ -31,7 +37,10 @@ from runbook.events import (
     StepChanged,
 )
 from runbook.logsplit import LineClip
+from runbook.state import StepRecord
 from runbook.units import format_duration
+
+FAILURE_TAIL = 20  # lines of a failed step's log shown with --quiet
 
 
 class HeadlessView:
@@ -43,6 +52,7 @@ class HeadlessView:
         dry_run: bool = False,
     ) -> None:
         self.dry_run = dry_run  # list every guard with its observed value, under its step
+        self.dry_run_done = False  # the dry run evaluated every step (its verdict is whole)
         self.console = console or Console(highlight=False, soft_wrap=True)
         self.live_mode = self.console.is_terminal
         self.titles = {sid: terminal(t) for sid, t in step_titles.items()}  # box-free, yet
@@ -58,6 +68,10 @@ class HeadlessView:
         self._progress_printed: dict[str, float] = {}
         self._dry_guards: dict[str, list[Text]] = {}
         self.live: Live | None = None
+        self.replaying = False  # a resumed run's states, replayed as it opens: earlier news
+        # the engine's records (log file per step), for a failed step's log path and tail
+        self.record_of: Callable[[str], StepRecord | None] = lambda sid: None
+        self._guards_said: set[str] = set()  # steps whose blocking guard lines were printed
 
     # -------------------------------------------------------------- lifecycle
     def __enter__(self) -> HeadlessView:
@@ -107,6 +121,7 @@ class HeadlessView:
     # -------------------------------------------------------------- events
     def __call__(self, event: Event) -> None:
         if isinstance(event, RunStarted):
+            self.replaying = event.resumed  # until the CLI says the run is open (`opened`)
             how = "resumed" if event.resumed else "new"
             self._print(
                 Text.from_markup(
@@ -123,20 +138,21 @@ class HeadlessView:
                 "would run": "cyan",
                 "pending": "dim",
                 "blocked": "yellow",
+                "not evaluated": "magenta",
             }[event.state]
             cmd = (
                 event.command
                 if isinstance(event.command, str) or event.command is None
                 else " ".join(event.command)
             )
-            line = Text(f"{event.state:>9}", style=style) + Text(" ")
+            line = Text(f"{event.state:>13}", style=style) + Text(" ")
             line.append(event.step_id, style="bold")
             line.append(f" on {event.host}")
             if event.destructive:
                 line.append(" (destructive: needs confirmation)", style="bold red")
             line.append(f": {terminal(cmd or '(guards only)')}")
             if event.why:
-                line.append(f"\n          {terminal(event.why)}", style=style)
+                line.append(f"\n              {terminal(event.why)}", style=style)
             self._print(line)
             for guard_line in self._dry_guards.pop(event.step_id, []):  # evaluated first
                 self._print(guard_line)
@@ -152,6 +168,7 @@ class HeadlessView:
                         self._print(
                             Text(f"  {event.step_id} ") + Text(terminal(g.plain()), style=g.style)
                         )
+                        self._guards_said.add(event.step_id)
         elif isinstance(event, LogChunk):
             if self.show_logs:
                 self._log(event.step_id, event.text)
@@ -167,8 +184,9 @@ class HeadlessView:
             # `error:` line, or the step's `lost` reason), so one refusal reads as one message.
             # A first connection that keeps failing is shown like a reconnect.
             if event.state == "reconnecting" or (event.state == "connecting" and event.message):
+                said = (event.message or "").removeprefix(f"{event.host}: ")  # the host once
                 self.connection = f"{event.host}: {event.state} (attempt {event.attempt})" + (
-                    f": {terminal(event.message)}" if event.message else ""
+                    f": {terminal(said)}" if said else ""
                 )
                 self._print(Text(self.connection, style="yellow"))
             elif event.state == "connected":
@@ -182,9 +200,26 @@ class HeadlessView:
             self._flush_partials()
         self._refresh()
 
+    def opened(self) -> None:
+        """The run is open: what follows happens now (not a replay of earlier sessions)."""
+        self.replaying = False
+
     def _on_step(self, event: StepChanged) -> None:
         sid, st = event.step_id, event.status
         if sid not in self.status:
+            return
+        if self.replaying:  # a state from an earlier session: said as such, once
+            self.status[sid] = st
+            self.reasons[sid] = (
+                event.reason if not event.message else f"{event.reason}: {event.message}"
+            )
+            if st != PENDING:
+                why = f" ({escape(self.reasons[sid] or '')})" if self.reasons[sid] else ""
+                self._print(
+                    Text.from_markup(
+                        f"[dim]{ICONS[st]} {escape(sid)} {st} in an earlier session{why}[/]"
+                    )
+                )
             return
         prev = self.status[sid]
         self.status[sid] = st
@@ -203,13 +238,53 @@ class HeadlessView:
                 return
             self._flush_partial(sid)
             dur = self.durations.get(sid)
-            tail = f" ({escape(self.reasons[sid] or '')})" if self.reasons[sid] else ""
+            shown = self.reasons[sid] or ""
+            if sid in self._guards_said and event.reason:  # the guard lines above said why
+                shown = event.reason
+            self._guards_said.discard(sid)
+            tail = f" ({escape(shown)})" if shown else ""
             self._print(
                 Text.from_markup(
                     f"[{STYLES[st]}]{ICONS[st]} {escape(sid)} {st}[/]{tail}"
                     + (f" [dim]{format_duration(dur)}[/]" if dur else "")
                 )
             )
+            if st in TERMINAL_BAD:
+                self._failure_log(sid)
+            elif st == SUCCEEDED:
+                self._removed(sid)
+
+    def _removed(self, sid: str) -> None:
+        """A delete says what it removed: the engine's evidence for each target it measured
+        (`delete_target`: the resolved path, bytes and files) as the guards showed it."""
+        rec = self.record_of(sid)
+        for g in rec.guards if rec is not None else []:
+            removes = guard_view.removal_text(g.get("observed")) if g.get("ok") else None
+            if g.get("check") == "delete_target" and removes:
+                target = g["observed"].get("target")
+                self._print(
+                    Text(
+                        f"  {sid} {removes.replace('removes', 'removed', 1)}: {terminal(str(target))}"
+                    )
+                )
+
+    def _failure_log(self, sid: str) -> None:
+        """Where a failed step's whole log is; with --quiet (its lines were not streamed) also
+        its last lines, so the failure can be read without opening the file."""
+        rec = self.record_of(sid)
+        if rec is None or not rec.log_file:
+            return
+        if not self.show_logs:
+            lines, partial = read_tail(rec.log_file, rec.log_mirror_size, FAILURE_TAIL)
+            shown = [*lines, partial] if partial else lines
+            if shown:
+                self._print(Text(f"  last {len(shown)} lines of {sid}'s log:", style="dim"))
+                self._print(
+                    Text("\n").join(
+                        Text(f"  {sid} │ ", style="dim") + Text(log_line(x)) for x in shown
+                    )
+                )
+        self._print(Text(f"  {sid} log: {terminal(str(rec.log_file))}", style="dim"))
 
     def _log(self, step_id: str, text: str) -> None:
         clip = self._partial.setdefault(step_id, LineClip())
@@ -235,13 +310,25 @@ class HeadlessView:
         for sid in list(self._partial):
             self._flush_partial(sid)
 
-    def summary(self, code: int, audit_path: str, head_seq: int, head_hash: str) -> None:
+    def summary(
+        self,
+        code: int,
+        audit_path: str,
+        head_seq: int,
+        head_hash: str,
+        records: Mapping[str, StepRecord] | None = None,
+    ) -> None:
+        """The closing table and the exit line. `records`: the run's state, for the durations
+        of steps that ran in earlier sessions."""
         table = Table(title="summary", show_header=True, header_style="bold")
         for col in ("", "step", "status", "reason", "duration"):
             table.add_column(col)
         for sid in self.titles:
             st = self.status[sid]
             dur = self.durations.get(sid)
+            rec = (records or {}).get(sid)
+            if dur is None and rec is not None and rec.started_at and rec.ended_at:
+                dur = rec.ended_at - rec.started_at  # ran in an earlier session
             table.add_row(
                 Text(ICONS[st], style=STYLES[st]),
                 sid,
@@ -252,9 +339,19 @@ class HeadlessView:
         self.console.print(table)
         self.console.print(f"audit: {audit_path}")
         self.console.print(f"audit head: seq {head_seq} sha256 {head_hash}")
-        meaning = {
-            0: "all steps done",
-            1: "a step failed or was lost",
-            3: "blocked: a guard failed or a confirmation was needed",
-        }.get(code, "")
-        self.console.print(f"exit {code}: {meaning}")
+        self.console.print(f"exit {code}: {self.exit_meaning(code)}")
+
+    def exit_meaning(self, code: int) -> str:
+        """With `--only`/`--from` exit 0 leaves other steps pending: "all steps done" would lie."""
+        pending = [sid for sid, st in self.status.items() if st not in DONE]
+        if code == EXIT_OK and pending:
+            return f"selected steps done; {len(pending)} pending ({', '.join(pending)})"
+        if code == EXIT_INTERRUPTED:
+            running = [sid for sid, st in self.status.items() if st == RUNNING]
+            return EXIT_MEANINGS[code] + (
+                f"; still running on the box: {', '.join(running)} (run the same command "
+                "again to reattach)"
+                if running
+                else "; nothing was left running"
+            )
+        return EXIT_MEANINGS.get(code, "")

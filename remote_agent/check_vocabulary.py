@@ -22,7 +22,7 @@ RUNBOOK_CHECKS = (
 )
 # evaluated by the engine from the run record, never sent to a box
 ENGINE_CHECKS = ("step_succeeded",)
-# probed on the box but never written in a runbook: the engine derives it from `removes:`
-DERIVED_CHECKS = ("removal_target",)
+# probed on the box but never written in a runbook: the engine derives it from `delete:`
+DERIVED_CHECKS = ("delete_target",)
 # what the agent's `probe` op evaluates
 BOX_CHECKS = tuple(c for c in RUNBOOK_CHECKS if c not in ENGINE_CHECKS) + DERIVED_CHECKS

@@ -21,6 +21,7 @@ from remote_agent.protocol import PROTOCOL_VERSION, AgentError, text_to_bytes  #
 from runbook.transports import Endpoint, HostKeyRefusal, Transport, TransportError
 
 CLIENT_NAME = "eagle-tui"
+HELLO_TIMEOUT = 60.0  # the agent's first answer, the last connection phase
 
 
 class ConnectionLost(Exception):
@@ -137,6 +138,7 @@ class HostSession:
         self._event_handlers: list[EventHandler] = []
         self.hello: dict[str, Any] = {}
         self.reconnects = 0
+        self.last_error: str | None = None  # the latest failed attempt's one line
         self._closing = False
         # run on every new connection before it is used (the engine's driver claim)
         self.on_connect: list[Callable[[AgentConnection], Awaitable[None]]] = []
@@ -158,13 +160,24 @@ class HostSession:
         if self.conn is not None and handler in self.conn._handlers:
             self.conn._handlers.remove(handler)
 
-    async def connection(self) -> AgentConnection:
+    @property
+    def connected(self) -> bool:
+        return self.conn is not None and not self.conn.closed.is_set()
+
+    @property
+    def connecting(self) -> bool:
+        """Another caller is (re)connecting right now (and may retry for a long time)."""
+        return self._connect_lock.locked()
+
+    async def connection(self, attempts: int | None = None) -> AgentConnection:
+        """The live connection; `attempts` bounds this call's tries (default: the session's
+        `max_attempts`, None: until it connects or fails permanently)."""
         if self.conn is not None and not self.conn.closed.is_set():
             return self.conn
         async with self._connect_lock:
             if self.conn is not None and not self.conn.closed.is_set():
                 return self.conn
-            self.conn = await self._connect_with_retry()
+            self.conn = await self._connect_with_retry(attempts or self.max_attempts)
             return self.conn
 
     async def _connect_once(self) -> AgentConnection:
@@ -173,7 +186,7 @@ class HostSession:
         conn.start()
         try:
             hello = await conn.call(
-                "hello", timeout=60, protocol=PROTOCOL_VERSION, client=CLIENT_NAME
+                "hello", timeout=HELLO_TIMEOUT, protocol=PROTOCOL_VERSION, client=CLIENT_NAME
             )
         except AgentError as exc:
             await conn.close()
@@ -183,7 +196,10 @@ class HostSession:
             ) from exc
         except (ConnectionLost, asyncio.TimeoutError) as exc:
             await conn.close()
-            raise TransportError(f"agent did not answer the handshake: {exc}") from exc
+            why = f"within {HELLO_TIMEOUT:g} s" if isinstance(exc, asyncio.TimeoutError) else exc
+            raise TransportError(
+                f"{self.name}: agent start: the agent did not answer its handshake {why}"
+            ) from exc
         conn.hello = self.hello = hello
         for handler in self._event_handlers:
             conn.subscribe(handler)
@@ -195,7 +211,7 @@ class HostSession:
             raise
         return conn
 
-    async def _connect_with_retry(self) -> AgentConnection:
+    async def _connect_with_retry(self, max_attempts: int | None) -> AgentConnection:
         attempt = 0
         first = self.conn is None
         while True:
@@ -205,10 +221,11 @@ class HostSession:
             try:
                 conn = await self._connect_once()
             except TransportError as exc:
+                self.last_error = str(exc)
                 if exc.permanent or self._closing:
                     self.on_status("failed", attempt, str(exc), exc.host_key)
                     raise
-                if self.max_attempts is not None and attempt >= self.max_attempts:
+                if max_attempts is not None and attempt >= max_attempts:
                     self.on_status("failed", attempt, str(exc), exc.host_key)
                     raise
                 delay = min(self.max_backoff, 0.5 * 2 ** min(attempt - 1, 10))
@@ -218,6 +235,7 @@ class HostSession:
                 continue
             if not first:
                 self.reconnects += 1
+            self.last_error = None
             self.on_status("connected", attempt, None, None)
             return conn
 

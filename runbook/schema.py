@@ -264,6 +264,9 @@ class Step(_Strict):
     skip_if: list[Check] = Field(default_factory=list)
     destructive: bool = False
     confirm: str | None = None
+    # What skipping this step leaves behind on the box (a patched file, a server holding the
+    # GPUs): the operator is told before and when it is skipped, and the audit keeps it.
+    skipping_leaves: str | None = None
     timeout: Duration | None = None
     retry: Retry | None = None
     # Running it twice is safe (resumable, or it overwrites its own output): only then may a

@@ -44,6 +44,7 @@ class Host(Protocol):
     def call_from_thread(self, callback: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
     def record(self, sid: str) -> StepRecord | None: ...
     def set_mode(self, mode: str) -> None: ...
+    def ask(self, title: str, body: str, answered: Callable[[bool | None], None]) -> None: ...
 
 
 class EngineActions:
@@ -130,16 +131,42 @@ class EngineActions:
             self.app.set_mode("")
 
     def continue_intent(self) -> None:
-        """On opening: a run-all the last driver did not finish (quit, kill -9) goes on."""
+        """On opening: a run-all the last cockpit did not finish (quit, kill -9) goes on; one
+        given by another driver (`--auto`, whose process died) is only offered: opening a view
+        never starts execution on another driver's word."""
         intent = self.engine.state.intent if self.engine.state is not None else None
         if intent is None:
             return
-        self.notify(
-            f"continuing run-all from {intent.start or 'the first step'} (given by {intent.by} "
-            "before the relaunch); press A to stop it after the running step",
-            timeout=12,
+        start = intent.only or intent.start or "the first step"
+        if intent.by == "cockpit":
+            self.notify(
+                f"continuing run-all from {start} (given by the cockpit before the relaunch); "
+                "press A to stop it after the running step",
+                timeout=12,
+            )
+            self.drive_all(intent.start, continued=True)
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes and intent.only is not None:  # `--only STEP`: that step, not a run-all
+                self.engine.clear_intent(f"continued in the cockpit as {intent.only} alone")
+                self.drive_step(intent.only)
+            elif yes:
+                self.drive_all(intent.start, continued=True)
+            else:
+                self.notify(
+                    f"run-all from {start} not continued; nothing was started (a on a step runs "
+                    "all from there, A forgets the saved run-all)",
+                    timeout=12,
+                )
+
+        self.app.ask(
+            f"continue run-all from {start}? [y/N]",
+            f"A run-all from {start} was given by {intent.by} (eagle-tui run --auto), which is "
+            "no longer running. Nothing runs unless you say so: y continues it from the first "
+            "step that is not done; n (or Escape) leaves every step as it is.",
+            answered,
         )
-        self.drive_all(intent.start, continued=True)
 
     def stop_all(self) -> None:
         """Withdraw the run-all intent: the running step finishes (nothing is killed), no next."""
@@ -195,7 +222,15 @@ class EngineActions:
         self._work(self.engine.cancel(sid), name=f"cancel:{sid}", group=ENGINE_GROUP)
 
     def dry_run(self) -> None:
-        if not self.app.opened:
+        if not self.app.opened:  # opening waits for the box: say why instead of nothing
+            session = self.engine.sessions.get(self.engine.default_host)
+            why = session.last_error if session is not None else None
+            self.notify(
+                "dry-run: the run is still opening"
+                + (f": {why} (retrying; q quits)" if why else ""),
+                severity="warning",
+                timeout=10,
+            )
             return
         self._work(self._dry_run(), name="dry-run", group=GUARDS_GROUP, exclusive=True)
 
@@ -205,7 +240,19 @@ class EngineActions:
         blocked = [sid for sid, (state, _) in report.items() if state == "blocked"]
         pending = sum(1 for state, _ in report.values() if state == "pending")
         waits = f"; {pending} pending on earlier steps" if pending else ""
-        if code == EXIT_OK:
+        if self.engine.dry_unreachable:
+            hosts = "; ".join(
+                f"{h}: {why.removeprefix(h + ': ')}"
+                for h, why in self.engine.dry_unreachable.items()
+            )
+            blocked_too = f"; blocked: {', '.join(blocked)}" if blocked else ""
+            self.notify(
+                f"dry-run: guards not evaluated, host unreachable ({hosts}){blocked_too}{waits}; "
+                "nothing changed",
+                severity="error",
+                timeout=12,
+            )
+        elif code == EXIT_OK:
             self.notify(f"dry-run: nothing blocked{waits}; nothing changed")
         else:
             self.notify(

@@ -40,10 +40,12 @@ from eagle_tui.app.screens.dialogs import AskScreen, ErrorScreen
 from eagle_tui.app.screens.main import ACTIONS, HELP, MainScreen
 from eagle_tui.app.trust import HostTrust
 from eagle_tui.app.widgets.progress.metrics import StepMetrics, scan_metrics
+from runbook import audit as audit_mod
 from runbook.agent_client import AgentError
 from runbook.audit_seal import AuditBreak
 from runbook.box_claim import EXIT_LOCKED, DriverLocked
 from runbook.engine import EXIT_OK, Confirmation, ConfirmRequest, Engine
+from runbook.engine.constants import EXIT_MEANINGS
 from runbook.escape import terminal
 from runbook.events import (
     BLOCKED,
@@ -146,7 +148,8 @@ class CockpitApp(App[int]):
     def _run_finished(self, m: msg.RunFinished) -> None:
         ev = m.event
         self.notify(
-            f"run finished: exit {ev.exit_code} · audit head seq {ev.audit_seq} {ev.audit_head[:16]}…",
+            f"run finished: exit {ev.exit_code} ({EXIT_MEANINGS.get(ev.exit_code, 'see --help')}) "
+            f"· audit head seq {ev.audit_seq} {ev.audit_head[:16]}…",
             severity="information" if ev.exit_code == EXIT_OK else "warning",
             timeout=8,
         )
@@ -157,8 +160,14 @@ class CockpitApp(App[int]):
         if ev.state == "failed" and ev.message:
             if ev.refused_key is not None:  # fields, not the message, say what is offered
                 self.trust.offer_trust(ev.host, ev.refused_key, ev.message)
-        elif line := self.reachability.update(ev.host, ev.state, ev.attempt, ev.message):
+        elif line := self.reachability.update(
+            ev.host, ev.state, ev.attempt, ev.message, self._ssh_target(ev.host)
+        ):
             self.notify(line, severity="error", timeout=30)
+
+    def _ssh_target(self, host: str) -> str:
+        config = self.engine.rb.hosts.get(host)
+        return getattr(config, "ssh", None) or host
 
     def record(self, sid: str) -> StepRecord | None:
         state = self.engine.state
@@ -167,6 +176,10 @@ class CockpitApp(App[int]):
     def set_mode(self, mode: str) -> None:
         """The header's note (run-all, follow off)."""
         self.main.set_mode(mode)
+
+    def ask(self, title: str, body: str, answered: Callable[[bool | None], None]) -> None:
+        """A yes/no question (no is the default: Escape and n)."""
+        self.push_screen(AskScreen(title, body, yes="Yes, continue", no="No"), answered)
 
     def guard_results(self, sid: str) -> list[dict[str, Any]]:
         by_phase = self.guards.get(sid, {})
@@ -226,6 +239,7 @@ class CockpitApp(App[int]):
 
     async def _open(self) -> None:
         self.run_id = await self.engine.open(self.run_id)  # re-chosen under the driver claim
+        self.recall_guards()
         self.opened = True
         self.main.refresh_all()
         running = [
@@ -238,13 +252,36 @@ class CockpitApp(App[int]):
             or (running[0] if running else self.next_step())
             or self.engine.rb.steps[0].id
         )
-        self.main.select(first)
+        self.main.select(first, force=True)  # its detail, log tail and curves from the mirror
         if self.reattach:
             for sid in running:  # the engine follows the job from its saved cursor
                 self.actions.drive_step(sid)
             self.actions.continue_intent()  # a run-all the last cockpit did not finish goes on
         if self.connect:
             await self.engine.session(self.engine.default_host)  # stats + connection state now
+
+    def recall_guards(self) -> None:
+        """A reopened run shows the guards and proofs its steps were judged by, as recorded in
+        its audit (the latest of each phase per step), not "not evaluated yet"; what is
+        evaluated from now on replaces them."""
+        store = self.engine.store
+        if store is None or not store.audit_path.exists():
+            return
+        steps = set(self.engine.rb.step_ids)
+        for record in audit_mod.read_records(store.audit_path):
+            sid = record.get("step")
+            if record.get("event") != "step.state" or sid not in steps:
+                continue
+            for key, default in (("guards", "pre"), ("postconditions", "post")):
+                results = record.get(key)
+                if not isinstance(results, list) or not results:
+                    continue
+                by_phase: dict[str, list[dict[str, Any]]] = {}
+                for r in results:
+                    if isinstance(r, dict):
+                        by_phase.setdefault(str(r.get("phase") or default), []).append(r)
+                for phase, rs in by_phase.items():
+                    self.guards.setdefault(sid, {})[phase] = tuple(rs)
 
     def next_step(self) -> str | None:
         for sid in ordered_steps(self.engine.rb):
@@ -340,6 +377,15 @@ class CockpitApp(App[int]):
 
     async def action_quit(self) -> None:
         self.request_quit()
+
+    def action_help_quit(self) -> None:
+        """Ctrl+C does not quit (a reflex must not kill bound jobs): say which key does, in plain
+        text (Textual's own toast carries markup, which our literal toasts would show raw)."""
+        keys = self._keymap.get("quit", "q").split(",")[0]
+        self.notify(
+            f"Press {keys} (or ctrl+q) to quit; ctrl+c does not quit the cockpit",
+            title="Do you want to quit?",
+        )
 
     async def _quit(self) -> None:
         """Stop following jobs (they keep running on the box), release the run, exit."""

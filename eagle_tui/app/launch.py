@@ -4,6 +4,7 @@ path, build the engine with the cockpit as its listener and confirmer, and run t
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from eagle_tui.app.screens.main import ACTIONS
 from eagle_tui.cli import pick_run_id
 from runbook.engine import Engine
 from runbook.loader import load_runbook
+from runbook.state import default_state_dir
 from runbook.transports import TransportOptions
 from runbook.transports.factory import make_transport_factory
 
@@ -70,6 +72,25 @@ def build_app(
     )
 
 
+def reattach_command(args: argparse.Namespace, state_dir: Path, run_id: str) -> str:
+    """The command that opens this run again as it was opened: the same state dir (when not
+    the default), host, variables and ssh files, so pasting it works."""
+    argv = ["eagle-tui", "run", str(args.runbook), "--run", run_id]
+    if Path(state_dir).resolve() != default_state_dir().resolve():
+        argv += ["--state-dir", str(state_dir)]
+    for flag, value in (
+        ("--host", getattr(args, "host", None)),
+        ("--python", getattr(args, "python", None)),
+        ("--ssh-config", getattr(args, "ssh_config", None)),
+        ("--known-hosts", getattr(args, "known_hosts", None)),
+    ):
+        if value:
+            argv += [flag, value]
+    for assignment in getattr(args, "set", None) or []:
+        argv += ["--set", assignment]
+    return shlex.join(argv)
+
+
 def run_app(
     args: argparse.Namespace,
     state_dir: Path,
@@ -83,7 +104,7 @@ def run_app(
         code = app.run()
         if app.refusal:
             print(app.refusal, file=sys.stderr)
-        relaunch = f"eagle-tui run {args.runbook} --run {app.run_id}"
+        relaunch = reattach_command(args, state_dir, app.run_id)
         for line in farewell(app.quit_work or live_work(app.engine), relaunch):
             print(line)
         if app.engine.audit is not None:

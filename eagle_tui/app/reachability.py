@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from runbook.transports.ssh_target import ssh_command
+
 UNREACHABLE_AFTER = 3  # failed attempts before the operator is told
 
 
@@ -21,8 +23,11 @@ class Reachability:
     failures: dict[str, int] = field(default_factory=dict)
     told: set[str] = field(default_factory=set)
 
-    def update(self, host: str, state: str, attempt: int, message: str | None) -> str | None:
-        """Feed one ConnectionChanged; returns the line to show once per outage, else None."""
+    def update(
+        self, host: str, state: str, attempt: int, message: str | None, target: str | None = None
+    ) -> str | None:
+        """Feed one ConnectionChanged; returns the line to show once per outage, else None.
+        `target`: the ssh target the host name stands for (the hint's `ssh` command)."""
         if state == "connected":
             self.failures.pop(host, None)
             self.told.discard(host)
@@ -33,8 +38,12 @@ class Reachability:
         if attempt < UNREACHABLE_AFTER or host in self.told:
             return None
         self.told.add(host)
+        who, err = host, error_of(message) or ""
+        head, _, rest = err.partition(": ")
+        if rest and (head == host or head.startswith(f"{host} (")):  # the host said once
+            who, err = head, rest
         return (
-            f"cannot reach {host} after {attempt} attempts: {error_of(message)}. "
-            f"Still retrying. Check the address, port and network (`ssh {host}` should work), "
+            f"cannot reach {who} after {attempt} attempts: {err}. Still retrying. Check the "
+            f"address, port and network (`{ssh_command(target or host)}` should work), "
             "or press q to quit."
         )

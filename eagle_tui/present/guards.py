@@ -62,7 +62,9 @@ def view(result: Mapping[str, Any], default_phase: str = "pre") -> GuardView:
     ok = bool(result.get("ok"))
     label = str(result.get("title") or result.get("check") or "?")
     message = str(result.get("message") or "")
-    if phase == "skip_if" and result.get("pending_on"):
+    if result.get("not_evaluated"):  # a dry run that could not reach the host
+        mark, style, verdict = "?", "magenta", "not evaluated"
+    elif phase == "skip_if" and result.get("pending_on"):
         mark, style, verdict = "⋯", "yellow", f"decided after step {result['pending_on']}"
     elif phase == "skip_if":
         mark, style, verdict = ("↷", "blue", "holds") if ok else ("·", "dim", "does not hold")
@@ -111,7 +113,8 @@ def rich_lines(results: Iterable[Mapping[str, Any]], indent: str = "  ") -> list
         if g.message:
             head.append(f" — {g.message}")
         out.append(head)
-        out.append(Text(f"{indent}    observed: {g.observed}", style="dim"))
+        if g.verdict != "not evaluated":  # nothing was observed
+            out.append(Text(f"{indent}    observed: {g.observed}", style="dim"))
     return out
 
 

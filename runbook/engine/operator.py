@@ -11,6 +11,7 @@ from runbook.events import (
     RUNNING,
     SKIPPED,
     TERMINAL_BAD,
+    Notice,
 )
 
 
@@ -25,7 +26,16 @@ class OperatorMixin(EngineCore):
         if not reason.strip():
             raise ValueError("a skip needs a reason")
         rec.ended_at = time.time()
-        self._set(step_id, SKIPPED, "operator_skip", reason.strip())
+        leaves = self.rb.step(step_id).skipping_leaves
+        self._set(
+            step_id,
+            SKIPPED,
+            "operator_skip",
+            reason.strip(),
+            audit={"leaves": leaves} if leaves else None,
+        )
+        if leaves:
+            self.emit(Notice("warning", f"{step_id} skipped: this leaves {leaves}"))
 
     def reset(self, step_id: str) -> None:
         """Make a blocked/failed/lost/cancelled step runnable again (operator's retry)."""

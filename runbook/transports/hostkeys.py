@@ -137,6 +137,10 @@ class VerifyingClient(asyncssh.SSHClient):
         self.refusal: TransportError | None = None
         self.recorded: str | None = None  # fingerprint added to known_hosts by this connection
         self.lost = False
+        self.authenticating = False  # the key exchange is done (a timeout names the phase)
+
+    def begin_auth(self, username: str) -> None:
+        self.authenticating = True
 
     def validate_host_public_key(
         self, host: str, addr: str, port: int, key: asyncssh.SSHKey

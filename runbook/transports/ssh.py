@@ -37,12 +37,20 @@ from runbook.transports.bundle import Bundle, build
 from runbook.transports.hostkeys import KnownHosts, VerifyingClient, fingerprint
 from runbook.transports.local import STREAM_LIMIT
 from runbook.transports.ssh_channel import AgentSession, SshChannel
+from runbook.transports.ssh_target import parse_target, ssh_command, unreachable_hint
+
+__all__ = ["SshTransport", "parse_target", "ssh_command", "unreachable_hint"]
 
 DEFAULT_KEEPALIVE = (15.0, 3)  # interval (s), missed replies before the link counts as dead
-DEFAULT_CONNECT_TIMEOUT = 20.0
+# Every connection phase has its own bound and names itself when it runs out (issue 28): a
+# name that does not resolve, an address that drops packets, a port that accepts TCP but never
+# speaks SSH, a box that never finishes authentication, an agent that never starts.
+RESOLVE_TIMEOUT = 10.0  # DNS
+DEFAULT_CONNECT_TIMEOUT = 20.0  # TCP connect; then again for the SSH handshake + auth
+# (`ConnectTimeout` in the ssh config sets both, as OpenSSH's does)
 REMOTE_DIR = ".cache/eagle-tui"  # under the box's $HOME
 MIN_PYTHON = (3, 10)
-OP_TIMEOUT = 120.0  # bootstrap exec/SFTP; a dead link is caught sooner by the keepalive
+OP_TIMEOUT = 120.0  # each agent-start phase (probe, upload, unpack, start); keepalive is sooner
 MAX_HOPS = 5
 
 # Unpacks the archive into `agent-<hash>/` next to it (tmp dir + rename: concurrent clients
@@ -61,26 +69,6 @@ except OSError:
     pass
 shutil.rmtree(tmp, ignore_errors=True)
 """
-
-
-def parse_target(text: str) -> tuple[str | None, str, int | None]:
-    """`[user@]host[:port]` (IPv6 as `[addr]:port`) -> (user, host, port)."""
-    user, _, rest = text.rpartition("@")
-    port: int | None = None
-    m = re.fullmatch(r"\[([^\]]+)\](?::(\d+))?", rest)
-    if m:
-        host, p = m.group(1), m.group(2)
-        port = int(p) if p else None
-    elif rest.count(":") == 1:
-        host, p = rest.split(":")
-        if not p.isdigit():
-            raise TransportError(f"{text!r}: the port must be a number", permanent=True)
-        port = int(p)
-    else:
-        host = rest
-    if not host or (port is not None and not 0 < port < 65536):
-        raise TransportError(f"{text!r}: expected [user@]host[:port] or an ssh alias", True)
-    return user or None, host, port
 
 
 def remote_path(path: str) -> str:
@@ -107,7 +95,7 @@ class _Resolved:
     jumps: tuple[str, ...]
     keepalive_set: bool
     count_max_set: bool
-    timeout_set: bool
+    timeout: float | None  # the config's ConnectTimeout
 
 
 @dataclass(frozen=True)
@@ -183,19 +171,28 @@ class SshTransport:
     async def open(self) -> SshChannel:
         self._check_last_agent()
         conn = await self._connection()
+        phase = "probing the box's python"
         try:
             bundle = await self._bundle_now()
             info = await asyncio.wait_for(self._probe(conn, bundle), OP_TIMEOUT)
             if not info.have_archive:
+                phase = "uploading the agent"
                 await asyncio.wait_for(self._upload(conn, info, bundle), OP_TIMEOUT)
             if not info.have_tree:
+                phase = "unpacking the agent"
                 await asyncio.wait_for(self._unpack(conn, info, bundle), OP_TIMEOUT)
+            phase = "starting the agent"
             return await asyncio.wait_for(self._start_agent(conn, info, bundle), OP_TIMEOUT)
         except TransportError:
             raise
         except (asyncssh.Error, OSError, asyncio.TimeoutError) as exc:
             await self._drop()  # the next open() starts from a fresh connection
-            raise TransportError(f"{self.name}: {_describe(exc)}") from exc
+            why = (
+                f"did not finish within {OP_TIMEOUT:g} s"
+                if isinstance(exc, asyncio.TimeoutError)
+                else f"failed: {_describe(exc)}"
+            )
+            raise TransportError(f"{self.name}: agent start: {phase} {why}") from exc
 
     async def close(self) -> None:
         await self._drop()
@@ -257,7 +254,7 @@ class SshTransport:
                 jumps=jumps,
                 keepalive_set=cfg.get("ServerAliveInterval") is not None,
                 count_max_set=cfg.get("ServerAliveCountMax") is not None,
-                timeout_set=cfg.get("ConnectTimeout") is not None,
+                timeout=cfg.get("ConnectTimeout"),
             ),
             kwargs,
         )
@@ -281,15 +278,24 @@ class SshTransport:
             kwargs["keepalive_interval"] = self.keepalive[0]
             if not res.count_max_set:
                 kwargs["keepalive_count_max"] = self.keepalive[1]
-        if not res.timeout_set:
-            kwargs["connect_timeout"] = self.connect_timeout
+        timeout = float(res.timeout if res.timeout is not None else self.connect_timeout)
+        kwargs["connect_timeout"] = timeout
         where = f"{res.user}@{res.host}:{res.port}" + (f" (jump host {spec})" if depth else "")
+        # "gpu8 (root@10.0.0.8:22)", or just the name when it is that target already
+        at = self.name if where in (self.name, f"{self.name}:22") else f"{self.name} ({where})"
+        sock = None
+        if via is None:  # direct: resolve and connect ourselves, each phase with its own bound
+            sock = await self._tcp(res, at, timeout)
         try:
-            conn = await asyncssh.connect(
-                **kwargs,
-                tunnel=via,  # None: direct (our own hops above replace the config's ProxyJump)
-                known_hosts=self.known_hosts.match,
-                client_factory=lambda: client,
+            conn = await asyncio.wait_for(
+                asyncssh.connect(
+                    **kwargs,
+                    tunnel=via,  # None: direct (our hops above replace the config's ProxyJump)
+                    sock=sock,
+                    known_hosts=self.known_hosts.match,
+                    client_factory=lambda: client,
+                ),
+                timeout + 5,  # asyncssh's own connect_timeout ends it first; this is a backstop
             )
         except asyncssh.HostKeyNotVerifiable as exc:
             raise client.refusal or TransportError(
@@ -312,11 +318,60 @@ class SshTransport:
                 f"{self.name}: cannot resolve {res.host!r}: {exc.strerror}", permanent=permanent
             ) from exc
         except (asyncssh.Error, OSError, asyncio.TimeoutError) as exc:
-            raise TransportError(f"{self.name}: cannot reach {where}: {_describe(exc)}") from exc
+            if sock is not None:
+                sock.close()
+            if isinstance(exc, asyncio.TimeoutError) and via is None:
+                phase = (
+                    f"SSH authentication as {res.user!r} did not finish"
+                    if client.authenticating
+                    else "no SSH handshake (the port accepts TCP but does not answer as an "
+                    "SSH server: is it the right port?)"
+                )
+                raise TransportError(
+                    f"{at}: {phase} within {timeout:g} s (ConnectTimeout)"
+                ) from exc
+            raise TransportError(f"{at}: SSH connection failed: {_describe(exc)}") from exc
         except ValueError as exc:  # asyncssh's option checks (bad key file, bad algorithm...)
             raise TransportError(f"{self.name}: {where}: {exc}", permanent=True) from exc
         conns.append(conn)
         return conn
+
+    async def _tcp(self, res: _Resolved, at: str, timeout: float) -> socket.socket:
+        """Resolve (RESOLVE_TIMEOUT) and open the TCP connection (`timeout`), each failure one
+        line naming its phase."""
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await asyncio.wait_for(
+                loop.getaddrinfo(res.host, res.port, type=socket.SOCK_STREAM), RESOLVE_TIMEOUT
+            )
+        except socket.gaierror as exc:
+            permanent = exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", -5))
+            raise TransportError(
+                f"{self.name}: cannot resolve {res.host!r}: {exc.strerror}", permanent=permanent
+            ) from exc
+        except asyncio.TimeoutError as exc:
+            raise TransportError(
+                f"{self.name}: cannot resolve {res.host!r}: no answer from DNS within "
+                f"{RESOLVE_TIMEOUT:g} s"
+            ) from exc
+        last: str = "no address"
+        for family, kind, proto, _, addr in infos:
+            sock = socket.socket(family, kind, proto)
+            sock.setblocking(False)
+            try:
+                await asyncio.wait_for(loop.sock_connect(sock, addr), timeout)
+                return sock
+            except asyncio.TimeoutError:
+                last = (
+                    f"no TCP answer within {timeout:g} s (ConnectTimeout): the box is down, a "
+                    "firewall drops the packets, or the address or port is wrong"
+                )
+            except ConnectionRefusedError:
+                last = f"TCP connection refused: nothing listens on port {res.port} (sshd down?)"
+            except OSError as exc:
+                last = f"TCP connect failed: {exc.strerror or exc}"
+            sock.close()
+        raise TransportError(f"{at}: {last}")
 
     # ------------------------------------------------------------------ bootstrap
     async def _bundle_now(self) -> Bundle:

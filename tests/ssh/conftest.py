@@ -9,8 +9,28 @@ from pathlib import Path
 
 import pytest
 
+from tests.faults.tally import TALLY, Tally, write_if_asked
+
 from .helpers import SshCli, write_ssh_config
 from .sshd import Sshd, keygen, kill_tagged
+
+
+@pytest.fixture
+def tally() -> Tally:
+    """The fault suite's attack tally (tests/faults/tally.py): these trials count there too."""
+    return TALLY
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001
+    table = TALLY.table()
+    others = any(  # the faults' and multibox conftests print the same table when loaded too
+        getattr(p, "__name__", "").endswith(("faults.conftest", "multibox.conftest"))
+        for p in config.pluginmanager.get_plugins()
+    )
+    if table and not others:
+        terminalreporter.section("attack tally (class, trials, promise held)")
+        terminalreporter.write_line(table)
+        write_if_asked()
 
 
 @pytest.fixture(scope="session")

@@ -53,3 +53,29 @@ async def test_search_the_full_log(env):
         assert not screen.query_one("#find").display and isinstance(app.screen, FullLogScreen)
         await pilot.press("escape")
         await wait_for(pilot, lambda: isinstance(app.screen, MainScreen), what="esc closes")
+
+
+async def test_full_log_counts_hits_and_renders_machine_lines(env):
+    """Issue 28: the title says `hit k of N`; `@@eagle3` progress/metrics lines read as the live
+    pane shows them (`▸ train · 5/30 …`), never raw JSON."""
+    env.extra_sets += ["gate_at=0"]
+    app = env.app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await opened(pilot)
+        app.main.select("long")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: status(app, "long") == "succeeded", timeout=60, what="long")
+        lines = open(app.record("long").log_file).read().splitlines()
+        assert any(x.startswith("@@eagle3 ") for x in lines)
+        await pilot.press("l")
+        await wait_for(pilot, lambda: isinstance(app.screen, FullLogScreen), what="the viewer")
+        screen = app.screen
+        await wait_for(pilot, lambda: screen.index.line_count == len(lines), what="the index")
+        shown = [screen.view._line(i) for i in range(len(lines))]
+        assert not any(x.startswith("@@eagle3") for x in shown)
+        assert any(x.startswith("▸ train · ") for x in shown), shown[:12]
+        await pilot.press("slash", *"of 30", "enter")
+        title = screen.query_one("#full-log-title")
+        await wait_for(pilot, lambda: "'of 30': hit 1 of 30" in str(title.render()), what="count")
+        await pilot.press("n")
+        await wait_for(pilot, lambda: "'of 30': hit 2 of 30" in str(title.render()), what="n")

@@ -13,7 +13,7 @@ from textual.widgets import DataTable, Label
 class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll { width: 100; max-width: 95%; height: auto; max-height: 90%;
+    HelpScreen > VerticalScroll { width: auto; max-width: 95%; height: auto; max-height: 90%;
         border: thick $primary; background: $surface; padding: 0 1; }
     HelpScreen .dialog-title { text-style: bold; }
     HelpScreen DataTable { height: auto; }
@@ -31,9 +31,17 @@ class HelpScreen(ModalScreen[None]):
             table: DataTable[Text] = DataTable(
                 id="help-keys", cursor_type="none", zebra_stripes=True
             )
-            table.add_columns("key", "id", "what it does")
+            # Fitted to the terminal: the description column wraps (rows grow) instead of
+            # being cut at the modal's right edge.
+            key_w = max(len(r[0]) for r in self.rows) if self.rows else 3
+            id_w = max(len(r[1]) for r in self.rows) if self.rows else 2
+            room = int(self.app.size.width * 0.95) - key_w - id_w - 14  # borders, padding, cells
+            what_w = max(24, min(max((len(r[2]) for r in self.rows), default=20), room))
+            table.add_column("key", width=key_w)
+            table.add_column("id", width=id_w)
+            table.add_column("what it does", width=what_w)
             for row in self.rows:
-                table.add_row(*(Text(x) for x in row))  # literal: never markup
+                table.add_row(*(Text(x) for x in row), height=None)  # literal: never markup
             yield table
 
     def action_close(self) -> None:

@@ -98,9 +98,16 @@ HELP = {
 }
 
 
+# The footer shows bindings in order and cuts what does not fit: how to quit, get help and read
+# the whole log come first; the log pane's Home/End are in the help, not the footer.
+FOOTER_FIRST = ("quit_app", "help", "full_log")
+NOT_IN_FOOTER = {"log_end", "log_home"}
+
+
 class MainScreen(Screen[None]):
     BINDINGS = [
-        Binding(k, a, d, id=i, tooltip=HELP[a], priority=a in PRIORITY) for k, a, d, i in ACTIONS
+        Binding(k, a, d, id=i, tooltip=HELP[a], priority=a in PRIORITY, show=a not in NOT_IN_FOOTER)
+        for k, a, d, i in sorted(ACTIONS, key=lambda x: x[1] not in FOOTER_FIRST)
     ]
 
     def __init__(self) -> None:
@@ -171,10 +178,12 @@ class MainScreen(Screen[None]):
                 else:
                     self.query_one(TodoList).update_duration(sid, rec, app.clock())
 
-    def select(self, sid: str, move_cursor: bool = True) -> None:
+    def select(self, sid: str, move_cursor: bool = True, force: bool = False) -> None:
+        """`force`: show it even if it is already the selection (the run has just opened: the
+        row highlighted before the state was read showed nothing yet)."""
         if move_cursor:
             self.query_one(TodoList).select_step(sid)  # posts RowHighlighted -> show()
-        if sid != self.selected:
+        if force or sid != self.selected:
             self.show(sid)
 
     def show(self, sid: str) -> None:
@@ -315,9 +324,11 @@ class MainScreen(Screen[None]):
             if reason:
                 self.actions.skip_step(sid, reason)
 
-        self.app.push_screen(
-            ReasonScreen(f"Skip {sid}?", "The reason is written to the audit log."), done
-        )
+        leaves = self.cockpit.engine.rb.step(sid).skipping_leaves
+        body = "The reason is written to the audit log."
+        if leaves:  # the runbook says what a skip of this step leaves on the box
+            body = f"Skipping it leaves {leaves}.\n{body}"
+        self.app.push_screen(ReasonScreen(f"Skip {sid}?", body), done)
 
     def action_undo_skip(self) -> None:
         if (sid := self._need_selection()) is not None:

@@ -54,7 +54,7 @@ class RunHeader(Static):
         if state == "connected":
             line.error = None
         elif message:
-            line.error = error_of(message)
+            line.error = (error_of(message) or "").removeprefix(f"{host}: ")  # host said once
         if host_key:
             line.host_key = host_key
         self._redraw()

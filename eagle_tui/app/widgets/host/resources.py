@@ -134,7 +134,7 @@ class ResourcesPanel(Vertical):
         status = self.query_one("#gpu-status", Static)
         box = self.query_one("#gpus", Vertical)
         if not gpus:
-            why = sample.get("gpu_error") or "nvidia-smi lists no GPU"
+            why = (sample.get("gpu_error") or "nvidia-smi lists no GPU").removeprefix("no GPU: ")
             status.update(markup("[b $text-warning]no GPU[/] [dim]($why)[/]", why=why))
             if self._rows:
                 box.remove_children()

@@ -22,11 +22,13 @@ from textual.strip import Strip
 from textual.widgets import Footer, Input, Static
 
 from eagle_tui.app.widgets.logs.line_index import LineIndex, ScanResult
+from eagle_tui.app.widgets.logs.readable import readable
 from runbook.units import format_size
 
 CACHE_LINES = 4000
 SCAN_CHUNK = 256 << 20  # bytes indexed per thread round; the title shows progress in between
 SEARCH_PAGE = 5000  # lines read per round of a search
+MAX_HITS = 100_000  # a search counts its hits up to this many (the title says "N+")
 
 
 class LogLines(ScrollView, can_focus=True):
@@ -73,6 +75,7 @@ class LogLines(ScrollView, can_focus=True):
         page = max(self.size.height, 50)
         widest = self._max_width
         for i, line in enumerate(self.index.read_lines(n, page)):
+            line = readable(line)  # `@@eagle3 {...}` as the live pane shows it, not raw JSON
             self._cache[n + i] = line
             widest = max(widest, len(line))
         if widest > self._max_width:  # lets the operator scroll right to the longest line seen
@@ -131,6 +134,7 @@ class FullLogScreen(Screen[None]):
         self.view = LogLines(self.index, id="full-log")
         self._scanning = False
         self.needle = ""
+        self.hits: list[int] | None = None  # the needle's lines, once counted (the title says)
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="full-log-title", markup=False)
@@ -149,9 +153,19 @@ class FullLogScreen(Screen[None]):
         first = min(top + 1, n) if n else 0
         last = min(top + self.view.scrollable_content_region.height, n)
         follow = " · following" if self.view.follow else ""
+        found = ""
+        if self.needle and self.hits is not None:
+            at = self.view.match
+            nth = self.hits.index(at) + 1 if at in self.hits else None
+            more = "+" if len(self.hits) >= MAX_HITS else ""
+            found = f" · {self.needle!r}: " + (
+                f"hit {nth:,} of {len(self.hits):,}{more}"
+                if nth
+                else f"{len(self.hits):,}{more} hits"
+            )
         return (
             f"{self.label} · lines {first:,}–{last:,} of {n:,} · "
-            f"{format_size(self.index.scanned)}{follow}"
+            f"{format_size(self.index.scanned)}{follow}{found}"
         )
 
     def _rescan(self) -> None:
@@ -200,9 +214,11 @@ class FullLogScreen(Screen[None]):
         event.input.display = False
         self.view.focus()
         self.needle = event.value
+        self.hits = None
         if self.needle:
             top = self.view.scroll_offset.y
             self._find(self.needle, top, 1)  # from the first line on screen
+            self._count(self.needle)
 
     def action_find(self, direction: int) -> None:
         if not self.needle:
@@ -231,6 +247,23 @@ class FullLogScreen(Screen[None]):
                 break
         where = "below" if direction > 0 else "above"
         self.app.call_from_thread(self.notify, f"no more {needle!r} {where}", severity="warning")
+
+    @work(thread=True, group="log-count", exclusive=True, exit_on_error=False)
+    def _count(self, needle: str) -> None:
+        """Every line with the needle (up to MAX_HITS), paged like the search."""
+        low, count, hits, n = needle.lower(), self.index.line_count, [], 0
+        while n < count and len(hits) < MAX_HITS:
+            lines = self.index.read_lines(n, min(SEARCH_PAGE, count - n))
+            if not lines:
+                break
+            hits += [n + i for i, line in enumerate(lines) if low in line.lower()]
+            n += len(lines)
+        self.app.call_from_thread(self._counted, needle, hits[:MAX_HITS])
+
+    def _counted(self, needle: str, hits: list[int]) -> None:
+        if needle == self.needle:
+            self.hits = hits
+            self.query_one("#full-log-title", Static).update(self._title())
 
     def _found(self, n: int) -> None:
         self.view.show_match(n)
