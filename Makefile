@@ -46,4 +46,4 @@ test-fast: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/pyright  # basic mode over runbook/ and the agent core ([tool.pyright])
+	$(VENV)/bin/pyright  # basic mode over the packages [tool.pyright] includes

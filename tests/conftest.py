@@ -89,7 +89,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if attack_item(item):
             item.add_marker(pytest.mark.attack)
-        if slow_item(item.nodeid):
+        if slow_item(item):
             item.add_marker(pytest.mark.slow)
         if no_sshd is not None and "sshd" in item.keywords:
             item.add_marker(no_sshd)

@@ -14,13 +14,45 @@ from __future__ import annotations
 
 from typing import Any
 
-# nodeid prefixes, each from a measured duration (seconds on the loaded 2-core machine)
-SLOW: tuple[str, ...] = ()
+# Every test that starts a real sshd or network namespaces (markers `sshd`, `netns`) is slow;
+# so are these nodeid prefixes: tmux end-to-end runs, multi-process training, whole pipelines.
+# First cut by what each test starts (issue 29 phase 1: the xdist full run's durations came
+# after it); move a test in or out by its measured `--durations`.
+SLOW: tuple[str, ...] = (
+    "tests/e2e/",
+    "tests/multibox/",
+    "tests/ssh/test_tui_tmux_ssh.py",
+    "tests/tui/test_tmux_e2e.py",
+    "tests/tui/test_tmux_picker.py",
+    "tests/tui/test_locked_second_cockpit.py",
+    "tests/tui/test_reattach.py",
+    "tests/tui/test_reattach_follow.py",
+    "tests/faults/test_cockpit_intent.py",
+    "tests/faults/test_exactly_once.py",
+    "tests/faults/test_job_lifecycle.py",
+    "tests/faults/test_eagle3_service_restart.py",
+    "tests/faults/test_long_context.py",
+    "tests/faults/test_fanout.py",
+    "tests/agent/test_reattach.py",
+    "tests/eagle3/drafter/test_bench_long_context.py",
+    "tests/eagle3/drafter/test_drafter_train.py",
+    "tests/eagle3/drafter/test_drafter_seq_parallel.py",
+    "tests/eagle3/drafter/test_drafter_seq_parallel_train.py",
+    "tests/eagle3/drafter/test_drafter_long_samples.py",
+    "tests/eagle3/drafter/test_drafter_eval.py",
+    "tests/eagle3/drafter/test_metrics_breakdown.py",
+    "tests/eagle3/drafter/test_drafter_skip_rows.py",
+    "tests/eagle3/drafter/test_drafter_data.py",
+    "tests/eagle3/extraction/test_reference_extract.py",
+    "tests/eagle3/extraction/test_gpu_scripts_cpu.py",
+    "tests/eagle3/extraction/test_canary_sglang.py",
+)
+SLOW_ENVIRONMENTS = ("sshd", "netns")
 
 
 def attack_item(item: Any) -> bool:
     return item.nodeid.startswith("tests/faults/") or "tally" in getattr(item, "fixturenames", ())
 
 
-def slow_item(nodeid: str) -> bool:
-    return nodeid.startswith(SLOW)
+def slow_item(item: Any) -> bool:
+    return item.nodeid.startswith(SLOW) or any(m in item.keywords for m in SLOW_ENVIRONMENTS)
