@@ -183,7 +183,9 @@ def train(cfg: Config) -> dict[str, Any]:
     pin = cfg.data.pin_memory and device.type == "cuda"
     rank = 0 if sp else d.rank  # sequence parallel: every rank loads rank 0's batches
     loader_cls = Loader if not cfg.online.server else _online().OnlineLoader  # online/source.py
-    loader = loader_cls(plan, rank, res.epoch, res.step, epochs, prefetch=cfg.data.prefetch, pin=pin)
+    loader = loader_cls(
+        plan, rank, res.epoch, res.step, epochs, prefetch=cfg.data.prefetch, pin=pin
+    )
     window = Window(step_w, depth)
     progress = Progress("train", total_steps, "step", start=global_step) if d.main else None
     last_rec: dict[str, Any] = {}

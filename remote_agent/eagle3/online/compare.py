@@ -54,7 +54,12 @@ def config(
     """A small training config; `online.server` set = online, `dump` = offline."""
     cfg: dict[str, Any] = {
         "target": {"path": str(target)},
-        "data": {"dump": str(dump or ""), "dataset": str(dataset), "max_tokens": 256, "prefetch": 2},
+        "data": {
+            "dump": str(dump or ""),
+            "dataset": str(dataset),
+            "max_tokens": 256,
+            "prefetch": 2,
+        },
         "drafter": {"num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128},
         "train": {
             "out_dir": str(out_dir),

@@ -36,6 +36,7 @@ def hello_problems(
         meta = DumpMeta.from_json(hello.get("meta") or {})
     except TypeError as exc:
         return [f"HELLO meta unreadable: {exc}"]
+    expect = {"final_norm": "post", "aux_norm": "pre", **expect}  # what the trainer consumes
     problems = [
         f"{k} {getattr(meta, k)!r} != expected {expect[k]!r}"
         for k in META_KEYS

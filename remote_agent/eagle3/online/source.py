@@ -169,6 +169,8 @@ class OnlineFetcher:
     # -- listener callbacks --
 
     def _arrived(self, sid: str, sample: dict[str, Any], meta: DumpMeta) -> None:
+        if self.cache is not None and sid in self._want:  # cached before it is handed out
+            self.cache.put(sid, sample)
         with self._cond:
             if sid in self._want:
                 del self._want[sid]
@@ -182,9 +184,6 @@ class OnlineFetcher:
                 return
             else:
                 self.stats["unrequested"] += 1
-                return
-        if self.cache is not None:
-            self.cache.put(sid, sample)
 
     def _dropped(self, sid: str, reason: str) -> None:
         with self._cond:
