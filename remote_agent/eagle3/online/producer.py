@@ -97,6 +97,22 @@ class ReferenceProducer:
             self.forwards += 1
         return got.to("cpu", torch.int32), aux.to("cpu"), final.to("cpu")
 
+    def info(self) -> dict[str, Any]:
+        """What /server_info answers: the model, the sender's counters, this process's peaks."""
+        import resource
+
+        torch = self.torch
+        out: dict[str, Any] = {
+            "model_path": str(self.model_dir),
+            "producer": "hf-reference",
+            "forwards": self.forwards,
+            "stream": dict(self.sender.stats),
+            "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        }
+        if self.device.type == "cuda":
+            out["cuda_max_memory_allocated"] = torch.cuda.max_memory_allocated(self.device)
+        return out
+
     def generate(self, rids: list[str], input_ids: list[list[int]]) -> None:
         samples = []
         for rid, ids in zip(rids, input_ids, strict=True):
@@ -122,7 +138,7 @@ class ReferenceProducer:
 
             def do_GET(self) -> None:
                 if self.path in ("/health", "/server_info", "/get_server_info"):
-                    self._reply(200, {"model_path": str(producer.model_dir), "producer": "hf"})
+                    self._reply(200, producer.info())
                 else:
                     self._reply(404, {"detail": "Not Found"})
 
