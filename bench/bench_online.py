@@ -35,7 +35,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -207,7 +206,6 @@ def main() -> int:
         online.update(cache_gb=args.cache_gb, cache_dir=str(work / "cache"))
     cfg = compare.config(target, data, on_run, **sections, online=online)
     (work / "online.json").write_text(json.dumps(cfg))
-    peak = {"max_rss_bytes": 0}
     try:
         on = child(TRAIN_CHILD, str(work / "online.json"), log=work / "online.log")
         info = server_info(url)
