@@ -45,7 +45,9 @@ the current shard. Environment, read once per process:
                            the config's name or path)
   EAGLE3_DUMP_MODE         dense | stream | both (default dense)
   EAGLE3_DUMP_DEADLINE_S   longest a forward waits for queue room (default 20)
-  EAGLE3_STREAM_ADDR       the trainer's stream address: unix:PATH or tcp:HOST:PORT
+  EAGLE3_STREAM_ADDR       the trainer's stream address: unix:PATH or tcp:HOST:PORT; with
+                           `{k}` in it, one per data-parallel trainer rank (a sample id
+                           `@k/<id>` goes to rank k's address)
   EAGLE3_STREAM_SEND_TIMEOUT_S  a send stalled this long drops the connection (default 60)
 
 Needs only torch, safetensors and the standard library.
@@ -144,7 +146,7 @@ class Settings:
             )
         if s.stream:
             try:
-                stream_wire.parse_address(s.stream_addr or "")
+                stream_wire.parse_address(stream_wire.destination(s.stream_addr or "", 0))
             except ValueError as exc:
                 raise DumpConfigError(f"EAGLE3_STREAM_ADDR: {exc}") from None
         return s
@@ -425,9 +427,9 @@ class _Dumper:
         }
         self._overflow: list[tuple[str, str]] = []  # dropped at the deadline: markers to write
         self._overflow_lock = threading.Lock()
-        self.stream: stream_wire.StreamSender | None = None
+        self.stream: stream_wire.StreamRouter | None = None
         if settings.stream:
-            self.stream = stream_wire.StreamSender(
+            self.stream = stream_wire.StreamRouter(
                 settings.stream_addr or "",
                 self.hello(),
                 settings.aux_dtype,

@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import queue
+import re
 import socket
 import struct
 import threading
@@ -206,6 +207,29 @@ def decode_sample(frame: Frame) -> dict[str, Any]:
     return out
 
 
+# ---- routing: one trainer process per destination ----
+
+ROUTE = re.compile(r"@(\d{1,4})/(.+)", re.S)
+
+
+def route(sample_id: str) -> tuple[int, str]:
+    """`@k/<id>` (a data-parallel trainer's rank k asked for it) -> (k, id); else (0, id)."""
+    m = ROUTE.fullmatch(sample_id)
+    return (int(m.group(1)), m.group(2)) if m else (0, sample_id)
+
+
+def destination(template: str, k: int) -> str:
+    """Rank k's address: `{k}` in the template is replaced (`unix:/run/s-{k}.sock`); a plain
+    address serves rank 0 only."""
+    if "{k}" in template:
+        return template.replace("{k}", str(k))
+    if k != 0:
+        raise ValueError(
+            f"sample for trainer rank {k} but EAGLE3_STREAM_ADDR {template!r} has no {{k}}"
+        )
+    return template
+
+
 # ---- the producer's sender ----
 
 _STOP = object()
@@ -377,3 +401,59 @@ class StreamSender:
         except queue.Full:
             return
         self._thread.join(timeout=timeout)
+
+
+class StreamRouter:
+    """A StreamSender per destination rank, made on first use; `offer` splits a forward's
+    samples by their `@k/` route tag (stripped: the stream carries the dataset's id)."""
+
+    def __init__(self, template: str, hello: dict[str, Any], aux_dtype: str, num_aux: int,
+                 **kw: Any) -> None:  # fmt: skip
+        parse_address(destination(template, 0))
+        self.template, self.hello, self.aux_dtype, self.num_aux = (
+            template,
+            hello,
+            aux_dtype,
+            num_aux,
+        )
+        self.kw = kw
+        self.senders: dict[int, StreamSender] = {}
+        self.misrouted = 0
+
+    def offer(self, samples: list[tuple[str, Any, Any, Any]]) -> bool:
+        groups: dict[int, list] = {}
+        for sid, *rows in samples:
+            k, plain = route(sid)
+            groups.setdefault(k, []).append((plain, *rows))
+        ok = True
+        for k, group in groups.items():
+            sender = self.senders.get(k)
+            if sender is None:
+                try:
+                    addr = destination(self.template, k)
+                except ValueError as exc:
+                    self.misrouted += len(group)
+                    logger.error("eagle3 stream: %d sample(s) dropped: %s", len(group), exc)
+                    ok = False
+                    continue
+                sender = StreamSender(
+                    addr, {**self.hello, "dest_rank": k}, self.aux_dtype, self.num_aux, **self.kw
+                )
+                self.senders[k] = sender
+            ok = sender.offer(group) and ok
+        return ok
+
+    @property
+    def stats(self) -> dict[str, int]:
+        out = {"misrouted": self.misrouted, "destinations": len(self.senders)}
+        for sender in self.senders.values():
+            for key, value in sender.stats.items():
+                out[key] = out.get(key, 0) + value
+        return out
+
+    def drain(self, timeout: float = 60.0) -> bool:
+        return all([sender.drain(timeout) for sender in self.senders.values()])
+
+    def close(self, timeout: float = 30.0) -> None:
+        for sender in self.senders.values():
+            sender.close(timeout)

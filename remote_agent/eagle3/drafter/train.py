@@ -284,7 +284,7 @@ def _online():
 def _plan(cfg: Config, d: Dist, world: int) -> Plan:
     """The data plan (shard headers + dataset index only) for `world` data-parallel ranks."""
     if cfg.online.server:  # hidden states streamed from a producer (online/source.py)
-        return _online().OnlinePlan(cfg, world)
+        return _online().OnlinePlan(cfg, world, d.rank)
     for name in ("dump", "dataset"):
         if not getattr(cfg.data, name):
             raise BadInput(f"data.{name} is required")

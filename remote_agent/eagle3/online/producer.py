@@ -74,8 +74,8 @@ class ReferenceProducer:
             "pid": __import__("os").getpid(),
             "rank": 0,
         }
-        self.sender = stream_wire.StreamSender(
-            stream, hello, aux_dtype, len(self.ids), queue_depth, deadline_s
+        self.sender = stream_wire.StreamRouter(
+            stream, hello, aux_dtype, len(self.ids), queue_depth=queue_depth, deadline_s=deadline_s
         )
         self.forwards = 0
         self._gpu = threading.Lock()  # one forward at a time, as one scheduler

@@ -123,11 +123,13 @@ class OnlineFetcher:
         expect: dict[str, Any],
         identity: dict[str, Any],
         dataset_index,
+        route: str = "",
     ) -> None:
         from remote_agent.eagle3.http_client import HttpClient
         from remote_agent.eagle3.online.listener import StreamListener
 
         self.opts, self.index = opts, dataset_index
+        self.rid_prefix = opts.rid_prefix + route  # `@k/`: the hook streams it to rank k
         try:
             self.http = HttpClient(
                 opts.server if "://" in opts.server else f"http://{opts.server}", 600.0
@@ -236,7 +238,7 @@ class OnlineFetcher:
     def _request(self, sids: list[str]) -> None:
         body = {
             "input_ids": [self.index.read(s).input_ids for s in sids],
-            "rid": [self.opts.rid_prefix + s for s in sids],
+            "rid": [self.rid_prefix + s for s in sids],
             "sampling_params": {"max_new_tokens": 0},
             "stream": False,
         }
@@ -376,15 +378,22 @@ class OnlinePlan(Plan):
     """data.Plan with the samples from the dataset index (every usable record) and the meta
     from the producer's HELLO; `fetcher` streams the data."""
 
-    def __init__(self, cfg, world: int) -> None:
+    def __init__(self, cfg, world: int, rank: int = 0) -> None:
         from remote_agent.eagle3.data.records import DatasetIndex
         from remote_agent.eagle3.extraction.identity import model_identity
 
         data, on = cfg.data, cfg.online
-        if world != 1:
+        if cfg.train.sequence_parallel:
+            raise BadInput("online training does not combine with train.sequence_parallel")
+        template = on.listen or str(
+            f"unix:{Path(cfg.train.out_dir).resolve()}/"
+            + ("stream.sock" if world == 1 else "stream-{k}.sock")
+        )
+        if world > 1 and "{k}" not in template:
             raise BadInput(
-                "online training runs one trainer process (world 1): the stream has one "
-                "consumer; train data-parallel from a dump, or one online trainer per box"
+                f"online.listen {template!r}: with {world} data-parallel ranks it needs {{k}} "
+                "(each rank listens on its own address; start SGLang with the same template "
+                "as EAGLE3_STREAM_ADDR)"
             )
         if not data.dataset:
             raise BadInput("data.dataset is required")
@@ -415,26 +424,24 @@ class OnlinePlan(Plan):
         self.long_count = sum(n > data.max_tokens for _, n in samples)
         self.not_dumped = 0
         self.out_dir = Path(cfg.train.out_dir)
-        listen = on.listen or f"unix:{Path(cfg.train.out_dir).resolve() / 'stream.sock'}"
         target = Path(cfg.target.path)
+        self.rank = rank
         self.fetcher = OnlineFetcher(
             on,
-            listen,
+            template.replace("{k}", str(rank)),
             expected_meta(target, cfg.drafter.aux_layer_ids),
             model_identity(target),
             index,
+            route=f"@{rank}/" if "{k}" in template else "",
         )
         try:
-            self.meta = self.fetcher.probe(self.epoch_batches_first_id())
+            self.meta = self.fetcher.probe(self.samples[self.epoch_batches(0)[rank][0]][0])
             if on.cache_gb > 0:
                 root = Path(on.cache_dir or Path(cfg.train.out_dir) / "stream-cache")
                 self.fetcher.cache = RingCache(root, int(on.cache_gb * 1e9), self.meta)
         except BaseException:
             self.fetcher.close()
             raise
-
-    def epoch_batches_first_id(self) -> str:
-        return self.samples[self.epoch_batches(0)[0][0]][0]
 
     def describe(self) -> str:
         on = self.fetcher.opts

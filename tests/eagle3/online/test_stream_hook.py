@@ -154,13 +154,14 @@ def test_slow_consumer_never_blocks_a_forward_past_the_deadline(env, monkeypatch
             took = time.monotonic() - t0
             worst = max(worst, took)
             sent.append(f"s{i}")
-            assert tally.trial("online stream: slow consumer, forward within deadline", took < 2.0)
+            # the promise: the deadline (0.3 s) plus scheduling slack on a loaded box, never
+            # the unbounded wait that would trip SGLang's 300 s watchdog
+            held = took < 5.0
+            assert tally.trial("online stream: slow consumer, forward within deadline", held)
         stats = env.hook.stats()
         assert stats["stream_overflow"] >= 1, stats
-        conn, _ = server.accept()  # the stuck consumer goes away
-        conn.close()
     finally:
-        server.close()
+        server.close()  # the stuck consumer goes away (its pending connection is reset)
         env.sock.unlink(missing_ok=True)
     # a real listener on the same address gets the DROPPED notices after the reconnect
     inbox = Inbox(env.addr)
@@ -181,7 +182,7 @@ def test_slow_consumer_never_blocks_a_forward_past_the_deadline(env, monkeypatch
         assert dropped <= set(sent) and "late" in got
     finally:
         inbox.listener.close()
-    assert worst < 2.0
+    assert worst < 5.0
 
 
 def test_dense_writer_deadline_drops_with_markers_instead_of_blocking(env, monkeypatch, tally):
@@ -203,7 +204,8 @@ def test_dense_writer_deadline_drops_with_markers_instead_of_blocking(env, monke
         t0 = time.monotonic()
         env.hook.dump(standin_model(H, L, IDS), fb, final, aux)
         took = time.monotonic() - t0
-        assert tally.trial("dump writer: stuck disk, forward within deadline", took < 1.5), took
+        held = took < 5.0  # deadline 0.2 s + scheduling slack
+        assert tally.trial("dump writer: stuck disk, forward within deadline", held), took
     overflow = env.hook.stats()["overflow"]
     assert overflow >= 3
     release.set()
