@@ -204,7 +204,7 @@ def main() -> int:
     online = {"server": url, "listen": stream}
     if args.cache_gb:
         online.update(cache_gb=args.cache_gb, cache_dir=str(work / "cache"))
-    cfg = compare.config(target, data, on_run, **sections, online=online)
+    cfg = compare.config(target, data, on_run, None, **sections, online=online)
     (work / "online.json").write_text(json.dumps(cfg))
     try:
         on = child(TRAIN_CHILD, str(work / "online.json"), log=work / "online.log")

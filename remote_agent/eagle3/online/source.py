@@ -147,7 +147,7 @@ class OnlineFetcher:
         self._probed: str | None = None
         self._consumed = 0
         self.cache: RingCache | None = None
-        self.error: Exception | None = None
+        self.error: BaseException | None = None
         self.last_arrival = time.monotonic()
         self.last_problem = ""
         self.stats = {
