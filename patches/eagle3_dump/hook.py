@@ -541,6 +541,9 @@ class _Dumper:
             self.stream.offer([s for s in batch.samples if not s[0].startswith(CANARY)])
             if not self.settings.dense:  # canaries still go to <dir>/canary/ (the client's check)
                 batch.samples = [s for s in batch.samples if s[0].startswith(CANARY)]
+            # on disk a sample is its dataset id, without the `@k/` route tag of the stream
+            batch.samples = [(stream_wire.route(s[0])[1], *s[1:]) for s in batch.samples]
+            batch.markers = [(stream_wire.route(m[0])[1], *m[1:]) for m in batch.markers]
         if batch.samples or batch.markers or batch.flush:
             self._submit(batch)
 

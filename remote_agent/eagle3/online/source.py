@@ -131,8 +131,9 @@ class OnlineFetcher:
         self.opts, self.index = opts, dataset_index
         self.rid_prefix = opts.rid_prefix + route  # `@k/`: the hook streams it to rank k
         try:
-            self.http = HttpClient(
-                opts.server if "://" in opts.server else f"http://{opts.server}", 600.0
+            self.http = HttpClient(  # a reply is "computed": the rows come on the stream
+                opts.server if "://" in opts.server else f"http://{opts.server}",
+                max(60.0, opts.sample_timeout_s),
             )
         except ValueError:
             raise BadInput(f"online.server {opts.server!r}: expected http://HOST:PORT") from None

@@ -234,3 +234,25 @@ def test_bad_stream_settings_fail_at_the_first_dump(env, monkeypatch):
                      ("EAGLE3_STREAM_ADDR", env.addr)):  # fmt: skip
             monkeypatch.setenv(k, v)
         monkeypatch.setattr(env.hook, "_writer_rank", lambda model: 0)
+
+
+def test_both_modes_route_the_stream_and_dump_plain_ids(env, monkeypatch, tmp_path):
+    """EAGLE3_DUMP_MODE=both with a per-rank template: `@1/b` streams to rank 1's address as
+    sample `b`, and the dense dump holds `a` and `b` under their dataset ids."""
+    served(monkeypatch, env.hook, tmp_path)
+    template = str(env.addr).replace(".sock", "-{k}.sock")
+    monkeypatch.setenv("EAGLE3_DUMP_MODE", "both")
+    monkeypatch.setenv("EAGLE3_DUMP_SYNC", "1")
+    monkeypatch.setenv("EAGLE3_STREAM_ADDR", template)
+    env.hook.reset()
+    ranks = [Inbox(template.replace("{k}", str(k))) for k in (0, 1)]
+    try:
+        fb, final, aux = batch(["dump-@0/a", "dump-@1/b"], [3, 4])
+        env.hook.dump(standin_model(H, L, IDS), fb, final, aux)
+        wait_for(lambda: "a" in ranks[0].samples and "b" in ranks[1].samples, "routed samples")
+        assert "b" not in ranks[0].samples and "a" not in ranks[1].samples
+        env.hook.reset()
+        assert sorted(DumpReader(env.root).ids()) == ["a", "b"]
+    finally:
+        for inbox in ranks:
+            inbox.listener.close()
