@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 HELP = "one-box online placement: SGLang memory fraction + trainer budget fit"
 GIB = 1 << 30
@@ -39,7 +40,7 @@ def check(
     }
     if not out["fits"]:
         room = total_gb - trainer_gb - margin_gb - server_overhead_gb
-        fraction = max(room / total_gb, 0.0)
+        fraction = max(math.floor(room / total_gb * 100) / 100, 0.0)  # rounded down: it fits
         out["remedy"] = (
             f"lower --mem-fraction-static to {fraction:.2f} or below (the weights must still "
             "fit), lower data.max_tokens, or use two boxes (one serves, one trains)"
