@@ -74,20 +74,38 @@ def _read(p: Any, name: str) -> Any:
     return value
 
 
-def _replicas() -> int | None:
-    """How many DP replicas (`--dp-size` without DP attention) the server runs; None: unknown."""
-    args = None
+def _server_args() -> Any:
+    """The server's arguments (0.5.23: runtime_context, 0.5.14: server_args); None: unknown."""
     try:  # 0.5.23
         from sglang.srt.runtime_context import get_server_args
 
-        args = get_server_args()
+        return get_server_args()
     except Exception:
         try:  # 0.5.14
             from sglang.srt.server_args import get_global_server_args
 
-            args = get_global_server_args()
+            return get_global_server_args()
         except Exception:
             return None
+
+
+def served_model() -> dict[str, str]:
+    """What the server was started with: model_path, tokenizer_path, served_model_name (the
+    dump metadata names the model even where the model object does not: Kimi-K2.5's wrapper
+    hands the hook a language model whose text config has no `_name_or_path`)."""
+    args, out = _server_args(), {}
+    for name in ("model_path", "tokenizer_path", "served_model_name"):
+        value = getattr(args, name, None)
+        if isinstance(value, str) and value:
+            out[name] = value
+    return out
+
+
+def _replicas() -> int | None:
+    """How many DP replicas (`--dp-size` without DP attention) the server runs; None: unknown."""
+    args = _server_args()
+    if args is None:
+        return None
     dp = getattr(args, "dp_size", None)
     if dp is None:
         return None

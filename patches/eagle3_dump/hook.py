@@ -14,11 +14,18 @@ What it does for one forward (reference: sglang-dump-patch.md §6.2):
    padding rows after the real ones, turns `prefix_len > 0` (chunked prefill, radix hit) into an
    error marker instead of a partial dump, and copies the kept rows to the host before it
    returns (prefill CUDA-graph buffers are reused by the next replay);
-4. hands the batch to one writer thread through a bounded queue (a full queue blocks the
-   forward: backpressure, bounded host memory). The thread appends samples to dense shards
-   (`dense.ShardWriter`, rank-tagged), sealing a shard on size, after EAGLE3_DUMP_FLUSH_S, on a
-   flush request and at exit; I/O errors never reach the forward: they are counted and become
-   per-sample error markers.
+4. hands the batch to one writer thread through a bounded queue (backpressure, bounded host
+   memory): a full queue blocks the forward at most EAGLE3_DUMP_DEADLINE_S (kept well under
+   SGLang's --watchdog-timeout, 300 s by default); then that batch's samples are dropped,
+   counted (`stats()["overflow"]`) and get error markers, and the forward returns. The thread
+   appends samples to dense shards (`dense.ShardWriter`, rank-tagged), sealing a shard on size,
+   after EAGLE3_DUMP_FLUSH_S, on a flush request and at exit; I/O errors never reach the
+   forward: they are counted and become per-sample error markers;
+5. in stream mode (EAGLE3_DUMP_MODE=stream|both) also, or instead, hands the samples to the
+   trainer over a socket (`stream_wire.StreamSender`, same bounded queue and deadline rule:
+   a consumer that stops reading costs dropped samples, announced to it, never a stalled
+   forward). The stream opens with a HELLO carrying the dump's metadata and the model's
+   identity; every sample carries its id and token ids.
 
 Control rids (after the prefix): `__eagle3__:canary:<nonce>` is dumped into `<dir>/canary/` and
 sealed at once, the canaries of one forward in one shard (the client waits for it before sending
@@ -34,7 +41,14 @@ the current shard. Environment, read once per process:
   EAGLE3_DUMP_SHARD_MB     shard size in MiB (default 2048)
   EAGLE3_DUMP_FLUSH_S      seal a partial shard after this many seconds (default 10)
   EAGLE3_DUMP_MIN_FREE_MB  refuse a shard that would leave less free space (default 1024)
-  EAGLE3_DUMP_MODEL        model name for meta.json (default: the config's name or path)
+  EAGLE3_DUMP_MODEL        model name for meta.json (default: the served --model-path, else
+                           the config's name or path)
+  EAGLE3_DUMP_MODE         dense | stream | both (default dense)
+  EAGLE3_DUMP_DEADLINE_S   longest a forward waits for queue room (default 20)
+  EAGLE3_STREAM_ADDR       the trainer's stream address: unix:PATH or tcp:HOST:PORT; with
+                           `{k}` in it, one per data-parallel trainer rank (a sample id
+                           `@k/<id>` goes to rank k's address)
+  EAGLE3_STREAM_SEND_TIMEOUT_S  a send stalled this long drops the connection (default 60)
 
 Needs only torch, safetensors and the standard library.
 """
@@ -52,7 +66,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import compat, dense
+from . import compat, dense, stream_wire
 from .compat import DumpConfigError
 
 __all__ = ["DumpConfigError", "dump", "reset", "stats"]
@@ -77,6 +91,18 @@ class Settings:
     flush_s: float = 10.0
     min_free_bytes: int = 1024 << 20
     model_name: str | None = None
+    mode: str = "dense"
+    deadline_s: float = 20.0
+    stream_addr: str | None = None
+    send_timeout_s: float = 60.0
+
+    @property
+    def dense(self) -> bool:
+        return self.mode in ("dense", "both")
+
+    @property
+    def stream(self) -> bool:
+        return self.mode in ("stream", "both")
 
     @classmethod
     def from_env(cls, env: Any = os.environ) -> Settings:
@@ -96,6 +122,10 @@ class Settings:
                 flush_s=float(env.get("EAGLE3_DUMP_FLUSH_S", "10")),
                 min_free_bytes=int(float(env.get("EAGLE3_DUMP_MIN_FREE_MB", "1024")) * (1 << 20)),
                 model_name=env.get("EAGLE3_DUMP_MODEL") or None,
+                mode=env.get("EAGLE3_DUMP_MODE", "dense") or "dense",
+                deadline_s=float(env.get("EAGLE3_DUMP_DEADLINE_S", "20")),
+                stream_addr=env.get("EAGLE3_STREAM_ADDR") or None,
+                send_timeout_s=float(env.get("EAGLE3_STREAM_SEND_TIMEOUT_S", "60")),
             )
         except ValueError as exc:
             raise DumpConfigError(f"bad EAGLE3_DUMP_* setting: {exc}") from None
@@ -107,6 +137,18 @@ class Settings:
             raise DumpConfigError(
                 "EAGLE3_DUMP_RID_PREFIX must be non-empty; QUEUE, SHARD_MB, FLUSH_S > 0"
             )
+        if s.mode not in ("dense", "stream", "both"):
+            raise DumpConfigError(f"EAGLE3_DUMP_MODE={s.mode!r}; use dense, stream or both")
+        if not 0 < s.deadline_s < 300 or s.send_timeout_s <= 0:
+            raise DumpConfigError(
+                "EAGLE3_DUMP_DEADLINE_S must be in (0, 300): under SGLang's watchdog timeout; "
+                "EAGLE3_STREAM_SEND_TIMEOUT_S > 0"
+            )
+        if s.stream:
+            try:
+                stream_wire.parse_address(stream_wire.destination(s.stream_addr or "", 0))
+            except ValueError as exc:
+                raise DumpConfigError(f"EAGLE3_STREAM_ADDR: {exc}") from None
         return s
 
 
@@ -197,7 +239,12 @@ def reset() -> None:
 
 
 def stats() -> dict[str, int]:
-    return dict(_dumper.stats) if _dumper is not None else {}
+    if _dumper is None:
+        return {}
+    out = dict(_dumper.stats)
+    if _dumper.stream is not None:
+        out.update({f"stream_{k}": v for k, v in _dumper.stream.stats.items()})
+    return out
 
 
 # ---- validation and metadata ----
@@ -277,7 +324,13 @@ def build_meta(model, hidden: int, layers: int, ids: list[int], settings: Settin
 
     installed = _installed_record()
     sha = _model_file_sha256(model)
-    name = settings.model_name or getattr(model.config, "_name_or_path", "") or "unknown"
+    served = compat.served_model()  # the Kimi wrapper's text config has no _name_or_path
+    name = (
+        settings.model_name
+        or served.get("model_path")
+        or getattr(model.config, "_name_or_path", "")
+        or "unknown"
+    )
     return dense.DumpMeta(
         model=str(name),
         hidden_size=hidden,
@@ -298,8 +351,23 @@ def build_meta(model, hidden: int, layers: int, ids: list[int], settings: Settin
             "writer_rank": rank,
             "host": socket.gethostname(),
             "parallel": compat.parallel_summary(),
+            "model_class": type(model).__name__,
+            "architectures": list(getattr(model.config, "architectures", None) or []),
+            **served,
+            "config_sha256": _config_sha256(served.get("model_path") or str(name)),
         },
     )
+
+
+def _config_sha256(model_path: str) -> str | None:
+    """sha256 of the served model's config.json: the identity the trainer checks the stream
+    against (the same key as extraction/identity.py's model_identity)."""
+    import hashlib
+
+    try:
+        return hashlib.sha256((Path(model_path) / "config.json").read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def _host_lengths(cpu_list, tensor, n: int, name: str) -> list[int]:
@@ -355,7 +423,21 @@ class _Dumper:
             "io_errors": 0,
             "marker_errors": 0,
             "shards": 0,
+            "overflow": 0,
         }
+        self._overflow: list[tuple[str, str]] = []  # dropped at the deadline: markers to write
+        self._overflow_lock = threading.Lock()
+        self.stream: stream_wire.StreamRouter | None = None
+        if settings.stream:
+            self.stream = stream_wire.StreamRouter(
+                settings.stream_addr or "",
+                self.hello(),
+                settings.aux_dtype,
+                len(ids),
+                queue_depth=settings.queue_depth,
+                deadline_s=settings.deadline_s,
+                send_timeout_s=settings.send_timeout_s,
+            )
         self._main: dense.ShardWriter | None = None
         self._main_error: str | None = None
         self._canary: dense.ShardWriter | None = None
@@ -385,6 +467,16 @@ class _Dumper:
             settings.aux_dtype,
             settings.queue_depth,
         )
+
+    def hello(self) -> dict[str, Any]:
+        """The stream's opening frame: what this producer serves (checked by the trainer)."""
+        from dataclasses import asdict
+
+        return {
+            "meta": asdict(self.meta),
+            "identity": {"config_sha256": self.meta.extra.get("config_sha256")},
+            **self.info,
+        }
 
     # -- forward thread --
 
@@ -445,21 +537,56 @@ class _Dumper:
             for sid, o, length in keep:
                 a, b = o - lo, o - lo + length
                 batch.samples.append((sid, ids_h[a:b], aux_h[a:b], final_h[a:b]))
+        if self.stream is not None:
+            self.stream.offer([s for s in batch.samples if not s[0].startswith(CANARY)])
+            if not self.settings.dense:  # canaries still go to <dir>/canary/ (the client's check)
+                batch.samples = [s for s in batch.samples if s[0].startswith(CANARY)]
+            # on disk a sample is its dataset id, without the `@k/` route tag of the stream
+            batch.samples = [(stream_wire.route(s[0])[1], *s[1:]) for s in batch.samples]
+            batch.markers = [(stream_wire.route(m[0])[1], *m[1:]) for m in batch.markers]
         if batch.samples or batch.markers or batch.flush:
             self._submit(batch)
 
     def _submit(self, batch: _Batch) -> None:
-        """Hand over to the writer; blocks while it is behind (backpressure), never forever."""
-        while self._queue is not None:
+        """Hand over to the writer; blocks while it is behind (backpressure) at most
+        settings.deadline_s, then drops the batch's samples (counted, each gets an error marker
+        from the writer thread) so the forward returns before SGLang's watchdog fires."""
+        if self._queue is not None:
             try:
-                self._queue.put(batch, timeout=5.0)
+                self._queue.put(batch, timeout=self.settings.deadline_s)
                 return
             except queue.Full:
-                if self._thread is not None and self._thread.is_alive():
-                    continue
-                logger.error("eagle3 dump: writer thread gone; writing in the forward thread")
-                self._queue = None
+                pass
+            if self._thread is not None and self._thread.is_alive():
+                self._drop(batch)
+                return
+            logger.error("eagle3 dump: writer thread gone; writing in the forward thread")
+            self._queue = None
         self._process(batch)
+
+    def _drop(self, batch: _Batch) -> None:
+        reason = (
+            f"dump back-pressure: the writer took nothing for {self.settings.deadline_s:g}s "
+            "(EAGLE3_DUMP_DEADLINE_S; a slow or stuck disk); sample dropped so the forward could "
+            "return: send it again"
+        )
+        dropped = [sid for sid, *_ in batch.samples if not sid.startswith(CANARY)]
+        dropped += [sid for sid, _, _ in batch.markers]
+        with self._overflow_lock:
+            self._overflow.extend((sid, reason) for sid in dropped)
+        self.stats["overflow"] += len(dropped)
+        logger.error(
+            "eagle3 dump: %d sample(s) dropped (%d total): %s",
+            len(dropped),
+            self.stats["overflow"],
+            reason,
+        )
+
+    def _write_overflow_markers(self) -> None:
+        with self._overflow_lock:
+            pending, self._overflow = self._overflow, []
+        for sid, reason in pending:
+            self._marker(sid, reason, kind="overflow")
 
     # -- writer thread --
 
@@ -472,9 +599,11 @@ class _Dumper:
             except queue.Empty:
                 item = None
             if item is _STOP:
+                self._write_overflow_markers()
                 self._seal()
                 return
             try:  # this thread must outlive any error, or the forward would block on put
+                self._write_overflow_markers()
                 if item is not None:
                     self._process(item)
                 self._seal_if_old()
@@ -603,6 +732,9 @@ class _Dumper:
         if self._closed:
             return
         self._closed = True
+        if self.stream is not None:
+            self.stream.drain(timeout=60)
+            self.stream.close()
         if self._queue is not None and self._thread is not None:
             self._queue.put(_STOP)
             self._thread.join(timeout=600)

@@ -27,6 +27,8 @@ COMMANDS: dict[str, str] = {
     "verify-dumps": "remote_agent.eagle3.extraction.verify_dumps_cmd",
     # drafter (training, export, evaluation)
     "train": "remote_agent.eagle3.drafter.train_cmd",
+    "stream-reference": "remote_agent.eagle3.online.producer",
+    "online-check": "remote_agent.eagle3.online.placement",
     "export": "remote_agent.eagle3.drafter.export_cmd",
     "eval": "remote_agent.eagle3.drafter.eval_cmd",
     # serving checks against a live SGLang server
@@ -47,6 +49,8 @@ _HELP: dict[str, str] = {
     "extract": "dump aux + final hidden states (SGLang server or the HF reference backend)",
     "verify-dumps": "check a dump directory against the dataset",
     "train": "train the EAGLE-3 drafter (training-time test; torchrun data parallel)",
+    "stream-reference": "serve the HF reference extractor as an online-training stream producer",
+    "online-check": "one-box online placement: SGLang memory fraction + trainer budget fit",
     "export": "write an SGLang-loadable drafter checkpoint, checked against the loader contract",
     "eval": "acceptance length of a drafter with a torch reference speculative decoder",
     "sglang-launch": "start SGLang in extraction mode or serving the drafter (the required flags)",

@@ -219,11 +219,45 @@ class TrainSection:
 
 
 @dataclass
+class OnlineSection:
+    """Online training (remote_agent/eagle3/online/): hidden states streamed from a producer
+    instead of read from data.dump."""
+
+    server: str | None = doc(
+        "producer to request samples from: the patched SGLang server (EAGLE3_DUMP_MODE=stream) "
+        "or `eagle3 stream-reference`, http://HOST:PORT; null = offline (data.dump)",
+        None,
+    )
+    listen: str | None = doc(
+        "stream address the trainer listens on (the producer's EAGLE3_STREAM_ADDR): "
+        "unix:PATH or tcp:HOST:PORT; null = unix:<train.out_dir>/stream.sock",
+        None,
+    )
+    rid_prefix: str = doc("rid prefix the hook dumps (EAGLE3_DUMP_RID_PREFIX)", "dump-")
+    window: int = doc(
+        "samples requested ahead of training (in flight + received, held in host memory); the "
+        "order itself is the offline one: a seeded global shuffle of the sample ids",
+        64,
+    )
+    request_batch: int = doc("samples per /generate request", 8)
+    concurrency: int = doc("/generate requests in flight", 4)
+    sample_timeout_s: float = doc("ask again for a sample not received within this", 300.0)
+    producer_wait_s: float = doc(
+        "give up (a clear error, resumable) after this long without any sample arriving", 900.0
+    )
+    cache_dir: str | None = doc(
+        "bounded disk cache (a ring, oldest evicted) that later epochs read; null = none", None
+    )
+    cache_gb: float = doc("size of the disk cache ring in GB (0 = no cache)", 0.0)
+
+
+@dataclass
 class Config:
     target: TargetSection = field(default_factory=TargetSection)
     data: DataSection = field(default_factory=DataSection)
     drafter: DrafterSection = field(default_factory=DrafterSection)
     train: TrainSection = field(default_factory=TrainSection)
+    online: OnlineSection = field(default_factory=OnlineSection)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -294,6 +328,7 @@ SECTIONS = {
     "data": DataSection,
     "drafter": DrafterSection,
     "train": TrainSection,
+    "online": OnlineSection,
 }
 
 

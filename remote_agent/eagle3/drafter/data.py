@@ -266,10 +266,9 @@ class Loader:
 
     def _produce(self, start_epoch: int, start_step: int, epochs: int) -> None:
         from remote_agent.eagle3.data.records import DatasetIndex
-        from remote_agent.eagle3.dense import DumpReader
 
         try:
-            reader = DumpReader(self.plan.dump_dir)
+            reader = self._open_reader()
             index = DatasetIndex.open(self.plan.dataset)
             for epoch in range(start_epoch, epochs):
                 batches = self.plan.epoch_batches(epoch)
@@ -288,6 +287,12 @@ class Loader:
             self._queue.put(None)
         except BaseException as exc:  # surfaced in the training loop
             self._queue.put(exc)
+
+    def _open_reader(self):
+        """Where samples come from: the dump (online/source.py: the stream)."""
+        from remote_agent.eagle3.dense import DumpReader
+
+        return DumpReader(self.plan.dump_dir)
 
     def _assemble(self, reader, index, members: list[int]) -> Batch:
         plan = self.plan

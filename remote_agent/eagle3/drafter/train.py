@@ -182,7 +182,10 @@ def train(cfg: Config) -> dict[str, Any]:
     )  # fmt: skip
     pin = cfg.data.pin_memory and device.type == "cuda"
     rank = 0 if sp else d.rank  # sequence parallel: every rank loads rank 0's batches
-    loader = Loader(plan, rank, res.epoch, res.step, epochs, prefetch=cfg.data.prefetch, pin=pin)
+    loader_cls = Loader if not cfg.online.server else _online().OnlineLoader  # online/source.py
+    loader = loader_cls(
+        plan, rank, res.epoch, res.step, epochs, prefetch=cfg.data.prefetch, pin=pin
+    )
     window = Window(step_w, depth)
     progress = Progress("train", total_steps, "step", start=global_step) if d.main else None
     last_rec: dict[str, Any] = {}
@@ -272,8 +275,16 @@ def _devices(tc) -> tuple[Dist, bool, str]:
     return d, bf16, pick_backend(tc.attention, d.device)
 
 
+def _online():
+    from remote_agent.eagle3.online import source
+
+    return source
+
+
 def _plan(cfg: Config, d: Dist, world: int) -> Plan:
     """The data plan (shard headers + dataset index only) for `world` data-parallel ranks."""
+    if cfg.online.server:  # hidden states streamed from a producer (online/source.py)
+        return _online().OnlinePlan(cfg, world, d.rank)
     for name in ("dump", "dataset"):
         if not getattr(cfg.data, name):
             raise BadInput(f"data.{name} is required")

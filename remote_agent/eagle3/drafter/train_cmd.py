@@ -25,6 +25,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="checkpoint after step N and exit as if killed (resume tests)",
     )
+    parser.add_argument(
+        "--online",
+        metavar="URL",
+        help="train online: request samples from this producer (patched SGLang with "
+        "EAGLE3_DUMP_MODE=stream, or `eagle3 stream-reference`) = --set online.server=URL",
+    )
+    parser.add_argument(
+        "--stream", metavar="ADDR", help="with --online: listen here (unix:PATH | tcp:HOST:PORT)"
+    )
     parser.add_argument("--explain", action="store_true", help="print every config field and exit")
 
 
@@ -48,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
         ("device", "train.device"),
         ("resume", "train.resume"),
         ("stop_after_step", "train.stop_after_step"),
+        ("online", "online.server"),
+        ("stream", "online.listen"),
     ):
         value = getattr(args, flag)
         if value is not None:

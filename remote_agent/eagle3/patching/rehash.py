@@ -68,6 +68,7 @@ HELPER_FILES = {
     "hook.py": "patches/eagle3_dump/hook.py",
     "compat.py": "patches/eagle3_dump/compat.py",
     "dense.py": "remote_agent/eagle3/dense.py",
+    "stream_wire.py": "remote_agent/eagle3/stream_wire.py",
 }
 
 

@@ -33,7 +33,8 @@ def load_hook_package(dest: Path):
     pkg.mkdir(parents=True)
     for f in ("__init__.py", "hook.py", "compat.py"):
         shutil.copy(REPO / "patches" / "eagle3_dump" / f, pkg / f)
-    shutil.copy(REPO / "remote_agent" / "eagle3" / "dense.py", pkg / "dense.py")
+    for f in ("dense.py", "stream_wire.py"):  # shipped from remote_agent/eagle3/
+        shutil.copy(REPO / "remote_agent" / "eagle3" / f, pkg / f)
     spec = importlib.util.spec_from_file_location(
         name, pkg / "__init__.py", submodule_search_locations=[str(pkg)]
     )

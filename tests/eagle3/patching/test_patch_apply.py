@@ -68,6 +68,7 @@ def test_round_trip_idempotent_and_byte_identical(release_target, capsys):
         "compat.py",
         "dense.py",
         "hook.py",
+        "stream_wire.py",
     ]
     installed = json.loads((helper / "INSTALLED.json").read_text())
     assert installed["patched_sha256"] == PATCHED_SHA256
