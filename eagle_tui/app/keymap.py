@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 try:
-    import tomllib
+    import tomllib  # pyright: ignore[reportMissingImports] (3.11+; 3.10 is checked)
 except ImportError:  # Python 3.10: JSON keymaps only
     tomllib = None  # type: ignore[assignment]
 
