@@ -53,7 +53,13 @@ def test_helper_sources_are_the_reviewed_ones():
     from remote_agent.eagle3.patching.patcher import helper_source_problems
 
     assert helper_source_problems(table) == []
-    assert set(table.helper["files"]) == {"__init__.py", "hook.py", "compat.py", "dense.py", "stream_wire.py"}
+    assert set(table.helper["files"]) == {
+        "__init__.py",
+        "hook.py",
+        "compat.py",
+        "dense.py",
+        "stream_wire.py",
+    }
 
 
 def test_both_releases_side_by_side_and_nothing_else():
