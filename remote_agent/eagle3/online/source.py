@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -212,8 +213,17 @@ class OnlineFetcher:
             self._probed = sid
         self._request([sid])
         end = time.monotonic() + self.opts.producer_wait_s
+        said = time.monotonic()
         while not self.listener.hello_seen.wait(0.2):
             self._raise_refused()
+            if time.monotonic() - said > 30:
+                said = time.monotonic()
+                print(
+                    f"online: waiting for a producer at {self.http.url} to stream to "
+                    f"{self.listener.addr} ({self.last_problem or 'no answer yet'})",
+                    file=sys.stderr,
+                    flush=True,
+                )
             if time.monotonic() > end:
                 raise Failed(
                     f"online: no producer connected to {self.listener.addr} within "

@@ -29,7 +29,8 @@ def test_cli_exit_codes():
 
     fits = run("--mem-fraction-static", "0.62", "--trainer-gb", "40", "--gpu-gb", "141")
     assert fits.returncode == 0 and "fits" in fits.stdout
-    result = [json.loads(x.split(" ", 1)[1]) for x in fits.stdout.splitlines() if "result" in x]
+    lines = fits.stderr.splitlines()  # the @@eagle3 records go to stderr
+    result = [json.loads(x.split(" ", 1)[1]) for x in lines if x.startswith("@@eagle3 ")]
     assert result and result[-1]["fits"] is True
     tight = run("--mem-fraction-static", "0.9", "--trainer-gb", "40", "--gpu-gb", "141")
     assert tight.returncode == 1 and "DOES NOT FIT" in tight.stdout
