@@ -19,7 +19,13 @@ NL = Content("\n")
 def markup(template: str, **values: object) -> Content:
     """`template` is trusted markup (ours); every `$name` in it is replaced by str(value), literally.
     A literal dollar sign in the template is written `$$`."""
-    return Content.from_markup(template, **{k: terminal(str(v)) for k, v in values.items()})
+    return Content.from_markup(template, **{k: _shown(str(v)) for k, v in values.items()})
+
+
+def _shown(text: str) -> str:
+    """Escaped for the screen; a newline stays a line break (a multi-line command reads as
+    one), every other control is shown as its escape."""
+    return "\n".join(terminal(line) for line in text.split("\n"))
 
 
 def lines(parts: list[Content]) -> Content:
