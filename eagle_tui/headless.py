@@ -245,8 +245,11 @@ class HeadlessView:
         self.console.print(table)
         self.console.print(f"audit: {audit_path}")
         self.console.print(f"audit head: seq {head_seq} sha256 {head_hash}")
+        # an --only / selected run can exit 0 with steps never run: say how many remain
+        pending = sum(1 for sid in self.titles if self.status[sid] == "pending")
+        done = f"selected steps done; {pending} pending" if pending else "all steps done"
         meaning = {
-            0: "all steps done",
+            0: done,
             1: "a step failed or was lost",
             3: "blocked: a guard failed or a confirmation was needed",
         }.get(code, "")

@@ -138,6 +138,9 @@ def launch_command(
         "--disable-prefill-cuda-graph",
         "--skip-server-warmup",
         "--enable-return-hidden-states",  # the canary compares with SGLang's own rows
+        # prefill-only requests never decode: decode graphs would be captured (GPU memory,
+        # startup minutes on a big target) and never replayed; SpecForge disables them too
+        "--disable-cuda-graph",
     ]
     if tp:
         cmd += ["--tp-size", str(tp)]
