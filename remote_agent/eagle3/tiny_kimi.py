@@ -25,6 +25,7 @@ from typing import Any
 
 REMOTE = Path(__file__).resolve().parent / "tiny_kimi_remote"
 ARCHITECTURE = "KimiK25ForConditionalGeneration"
+TEXT_ARCHITECTURE = "DeepseekV3ForCausalLM"
 # Kimi's special tokens by offset from the base vocabulary (163584 in the real tokenizer:
 # [BOS] 163584, <|im_end|> 163586, <|media_pad|> 163605 = media_placeholder_token_id, ...)
 SPECIAL_OFFSETS = {
@@ -265,6 +266,10 @@ def save_released(model: Any, out_dir: Path, vision: dict[str, Any] | None = Non
         if gen.exists() and not (out_dir / "generation_config.json").exists():
             shutil.copyfile(gen, out_dir / "generation_config.json")
     cfg["architectures"] = [ARCHITECTURE]
+    # transformers leaves the wrapper's dtype at float32 after .to(bfloat16); SGLang's
+    # `--dtype auto` reads it (and runs a "float32" target in float16, beside a bf16 drafter)
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    cfg["dtype"] = cfg["text_config"]["dtype"] = dtype
     cfg["vision_config"] = {**cfg["vision_config"], **(vision or {})}
     if old.exists():  # keys set at build time (token ids, SGLang's DeepSeek keys) survive
         prev = json.loads(old.read_text())
@@ -272,6 +277,9 @@ def save_released(model: Any, out_dir: Path, vision: dict[str, Any] | None = Non
             if k in prev:
                 cfg[k] = prev[k]
         cfg["text_config"] = {**prev.get("text_config", {}), **cfg["text_config"]}
+    # SGLang's DeepseekV3ForCausalLM reads text_config.architectures[0] (shared-expert fusion);
+    # the real checkpoint names it, transformers' save leaves it null
+    cfg["text_config"]["architectures"] = [TEXT_ARCHITECTURE]
     old.write_text(json.dumps(cfg, indent=2) + "\n")
 
 
@@ -287,7 +295,6 @@ def build_target(out_dir: Path, tok_dir: Path, preset_name: str, seed: int = 0) 
     eos, pad = special_id(tok_dir, "<|im_end|>"), special_id(tok_dir, "[PAD]")
     text = deepseek_config(preset, vocab, eos, pad).to_dict()
     text["bos_token_id"] = special_id(tok_dir, "[BOS]")
-    text.pop("architectures", None)
     vision = vision_config(preset.hidden_size)
     hf_vision = {k: vision[k] for k in list(vision)[:9]}
     config = Kimi_K25Config(
