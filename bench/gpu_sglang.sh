@@ -91,10 +91,10 @@ export PYTHONPATH=${FIRST}$ST/site:$PWD
 STUBS=""
 # the optional modules the image lacked on 2026-12-02 (stubbed up front: each probe below costs a
 # full sglang import); the loop still finds any other
-for m in IPython jsonschema soundfile; do
+for m in IPython IPython.display jsonschema soundfile; do  # (IPython.display: found 2026-12-04)
   python3 -c "import $m" 2>/dev/null && continue
-  STUBS="$STUBS $m"; mkdir -p $ST/mods/$m
-  printf 'def __getattr__(n):\n    if n.startswith("__"): raise AttributeError(n)\n    return type(n, (), {"__init__": lambda s,*a,**k: None, "__call__": lambda s,*a,**k: None})\n' > $ST/mods/$m/__init__.py
+  STUBS="$STUBS $m"; d=$ST/mods/$(echo $m | tr . /); mkdir -p $d
+  printf 'def __getattr__(n):\n    if n.startswith("__"): raise AttributeError(n)\n    return type(n, (), {"__init__": lambda s,*a,**k: None, "__call__": lambda s,*a,**k: None})\n' > $d/__init__.py
 done
 for i in $(seq 30); do  # optional modules not carried are stubbed and listed in the results
   err=$(EAGLE3_SGLANG_SHIMS=1 python3 -c "import sglang.srt.models.deepseek_v2, sglang.srt.entrypoints.http_server, sglang.srt.models.llama_eagle3" 2>&1 | grep -oE "No module named '[^']+'" | head -1 | sed "s/No module named '//; s/'//")
@@ -159,6 +159,7 @@ python3 -m eagle_tui.cli status --state-dir $STATE --json > $OUT/state.json 2> $
 for step in extraction-server serve-drafter serve-drafter-llama serve-drafter-mla; do
   st=$(python3 -c "import json,sys; print(json.load(open('$OUT/state.json'))['steps']['$step']['status'])" 2>/dev/null)
   [ "$st" = failed ] || [ "$st" = lost ] || continue
+  [ "${DIAG:-1}" = 1 ] || { echo "DIAG=0: no relaunch diagnosis of $step"; continue; }
   left=$(( t0 + 590 - $(date +%s) - 40 ))
   [ $left -gt 60 ] || { echo "no time to diagnose $step"; continue; }
   stage_start diag-$step

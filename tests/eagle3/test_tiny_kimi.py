@@ -42,7 +42,7 @@ def test_config_is_the_real_wrapper_shape(kimi):
     # SGLang's DeepseekV3ForCausalLM reads text_config.architectures[0] (a device run died on None)
     assert text["architectures"] == ["DeepseekV3ForCausalLM"]
     assert text["kv_lora_rank"] == 32 and text["n_routed_experts"] == 8
-    assert cfg["tie_word_embeddings"] is False and cfg["dtype"] == text["dtype"]
+    assert cfg["tie_word_embeddings"] is False and cfg["dtype"] == text["dtype"] == "bfloat16"
     vision = cfg["vision_config"]
     for key in ("init_pos_emb_height", "vt_hidden_size", "merge_type", "text_hidden_size"):
         assert key in vision  # SGLang's names, beside transformers' own
@@ -100,10 +100,11 @@ def test_hf_loads_every_weight_it_saved(kimi):
         head = f.get_tensor("language_model.lm_head.weight")
         embed = f.get_tensor("language_model.model.embed_tokens.weight")
         q = f.get_tensor("language_model.model.layers.3.self_attn.q_a_proj.weight")
-    assert torch.equal(model.lm_head.weight, head)
-    assert torch.equal(model.get_input_embeddings().weight, embed)
+    assert head.dtype == torch.bfloat16  # as Kimi-K2.5 ships
+    assert torch.equal(model.lm_head.weight, head.float())
+    assert torch.equal(model.get_input_embeddings().weight, embed.float())
     dec = model.get_decoder()
-    assert torch.equal(dec.layers[3].self_attn.q_a_proj.weight, q)
+    assert torch.equal(dec.layers[3].self_attn.q_a_proj.weight, q.float())
 
 
 def test_tokenizer_round_trips_and_is_remote_tiktoken(kimi, tok):
