@@ -44,6 +44,7 @@ from remote_agent.eagle3.extraction.server import (
     check_flags,
     dump_env,
     launch_command,
+    long_sample_problem,
     model_info,
     server_info,
     sglang_layer_ids,
@@ -174,6 +175,9 @@ class Extraction:
         exp = expected_shapes(opts, {**model_info(self.http), **info})
         self._record_identity(info)
         ids = dataset.ids()[: opts.limit] if opts.limit else dataset.ids()
+        too_long = long_sample_problem(info, {s: dataset.length(s) for s in ids})
+        if too_long:
+            raise BadInput(f"SGLang at {self.http.url}: {too_long}")
         meta = self.canary(dataset.input_ids(ids[0])[:CANARY_TOKENS], exp)
         vs_sglang = self.canary_vs_sglang(dataset, ids, info)
         if opts.canary_only:
