@@ -102,11 +102,19 @@ def standin_batch(
 def write_dataset(path: Path, lengths: list[int], seed: int = 0, vocab: int = 2000) -> Path:
     """A merged-dataset JSONL with its manifest (random ids from the tiny vocabulary)."""
     rng = random.Random(seed)
-    lines = []
+    records = []
     for i, n in enumerate(lengths):
         ids = [rng.randrange(11, vocab) for _ in range(n)]
-        rec = {"id": f"s{i:04d}", "source": "test", "input_ids": ids, "loss_mask": [1] * n}
-        lines.append(json.dumps(rec, separators=(",", ":")))
+        records.append(
+            {"id": f"s{i:04d}", "source": "test", "input_ids": ids, "loss_mask": [1] * n}
+        )
+    return write_records(path, records)
+
+
+def write_records(path: Path, records: list[dict]) -> Path:
+    """Records (id, source, input_ids, loss_mask) as a merged-dataset JSONL with its manifest."""
+    lengths = [len(r["input_ids"]) for r in records]
+    lines = [json.dumps(r, separators=(",", ":")) for r in records]
     data = ("\n".join(lines) + "\n").encode()
     path.write_bytes(data)
     manifest = {
