@@ -211,3 +211,20 @@ def tiny_kimi_model(kimi):
     from remote_agent.eagle3.extraction.reference import load_model
 
     return load_model(kimi, torch.float32, torch.device("cpu"))
+
+
+def test_accept_feeds_turn_two_the_answer_not_raw_reasoning(kimi, tok):
+    """MT-Bench turn 2 in the published Kimi mode: the server's text has lost the `</think>`
+    marker (a special token), so the split is made on the generated ids."""
+    from remote_agent.eagle3.serving import assistant_turn
+
+    ids = tok("add them</think>It is 5.<|im_end|>", add_special_tokens=False)["input_ids"]
+    text = tok.decode(ids, skip_special_tokens=True)
+    assert text == "add themIt is 5."  # what SGLang's text field would carry
+    turn = assistant_turn(tok, {"text": text, "output_ids": ids})
+    assert turn == {"role": "assistant", "content": "It is 5.", "reasoning_content": "add them"}
+    history = [{"role": "user", "content": "2+3?"}, turn, {"role": "user", "content": "and 4?"}]
+    rendered = tok.apply_chat_template(history, tokenize=False, add_generation_prompt=True)
+    assert "add them" not in rendered and "<think></think>It is 5." in rendered
+    plain = assistant_turn(tok, {"text": "hi", "output_ids": tok("hi")["input_ids"]})
+    assert plain == {"role": "assistant", "content": "hi"}
