@@ -310,7 +310,10 @@ def build_target(out_dir: Path, tok_dir: Path, preset_name: str, seed: int = 0) 
     torch.manual_seed(seed)
     # saved in bfloat16 as Kimi-K2.5 ships (the init is drawn in float32, then cast): SGLang's
     # `--dtype auto` then runs target and drafter in one dtype even before any training
-    model = Kimi_K25ForConditionalGeneration(config).eval().to(torch.bfloat16)
+    model = Kimi_K25ForConditionalGeneration(config).eval()
+    torch.nn.Module.to(
+        model, torch.bfloat16
+    )  # in place (transformers' `to` overloads confuse types)
     save_released(model, out_dir, vision)
     cfg = json.loads((out_dir / "config.json").read_text())
     cfg["media_placeholder_token_id"] = config.image_token_id
