@@ -18,8 +18,11 @@
 #   .whl/sgl/sgl_kernel.tgz      sglang-kernel 0.4.4 without flash_ops.abi3.so and sm100/
 #   .whl/sgl/wheels/*.whl        SGLang's pure-python deps and eagle-tui's for the headless runbook
 #                                engine: rich markdown-it-py mdurl pygments (pydantic, pyyaml)
+#   RUNBOOK / REPORT: another check on the same staging (bench/gpu_sglang_kimi.sh: the Kimi-K2.5
+#   wrapper, runbooks/gpu-sglang-check-kimi.yaml -> sglang-kimi-k25.json)
 set -u
 cd "$(dirname "$0")/.."
+RB=${RUNBOOK:-runbooks/gpu-sglang-check.yaml}; REPORT_NAME=${REPORT:-sglang-real.json}
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 S=${SITE:-/tmp/site}; W=${WHL:-.whl/sgl}; WORK=${WORK:-/tmp/sglang-check}; STATE=${STATE:-/tmp/sglang-check-state}
@@ -41,6 +44,7 @@ else
   RESUMING=""; rm -rf $S $ST $WORK $STATE; mkdir -p $S $ST $BIN
 fi
 ln -sf "$(command -v python3)" $BIN/python  # runbook steps say `python`
+mkdir -p $STATE; echo "$(date +%s)" >> $STATE/calls  # device calls this run took (RESUME=1 adds one)
 export PATH=$BIN:$PATH
 if [ -n "$RESUMING" ]; then
   FIRST=""; echo "resuming: staged site kept" > $OUT/staging.log
@@ -87,10 +91,10 @@ export PYTHONPATH=${FIRST}$ST/site:$PWD
 STUBS=""
 # the optional modules the image lacked on 2026-12-02 (stubbed up front: each probe below costs a
 # full sglang import); the loop still finds any other
-for m in IPython jsonschema soundfile; do
+for m in IPython IPython.display jsonschema soundfile; do  # (IPython.display: found 2026-12-04)
   python3 -c "import $m" 2>/dev/null && continue
-  STUBS="$STUBS $m"; mkdir -p $ST/mods/$m
-  printf 'def __getattr__(n):\n    if n.startswith("__"): raise AttributeError(n)\n    return type(n, (), {"__init__": lambda s,*a,**k: None, "__call__": lambda s,*a,**k: None})\n' > $ST/mods/$m/__init__.py
+  STUBS="$STUBS $m"; d=$ST/mods/$(echo $m | tr . /); mkdir -p $d
+  printf 'def __getattr__(n):\n    if n.startswith("__"): raise AttributeError(n)\n    return type(n, (), {"__init__": lambda s,*a,**k: None, "__call__": lambda s,*a,**k: None})\n' > $d/__init__.py
 done
 for i in $(seq 30); do  # optional modules not carried are stubbed and listed in the results
   err=$(EAGLE3_SGLANG_SHIMS=1 python3 -c "import sglang.srt.models.deepseek_v2, sglang.srt.entrypoints.http_server, sglang.srt.models.llama_eagle3" 2>&1 | grep -oE "No module named '[^']+'" | head -1 | sed "s/No module named '//; s/'//")
@@ -126,7 +130,7 @@ RBRC=125
 run_rb() {  # run_rb [--only STEP]: the engine, bounded by what is left of the budget
   local left=$(( END - $(date +%s) ))
   [ $left -le 5 ] && { echo "no time left for $*" >> $OUT/runbook.log; return 124; }
-  timeout -s TERM $left setsid python3 -m eagle_tui.cli run runbooks/gpu-sglang-check.yaml \
+  timeout -s TERM $left setsid python3 -m eagle_tui.cli run $RB \
     --auto --yes --quiet --state-dir $STATE "${SETS[@]}" "$@" >> $OUT/runbook.log 2>&1
 }
 if [ $ENGINE -eq 0 ]; then
@@ -141,7 +145,7 @@ if [ $ENGINE -eq 0 ] && [ $RBRC -ne 0 ] && [ $RBRC -ne 124 ]; then
   TRIED=""
   while :; do  # only steps whose requires all succeeded (each engine start costs seconds)
     python3 -m eagle_tui.cli status --state-dir $STATE --json > $OUT/state-now.json 2>/dev/null
-    next=$(python3 bench/gpu_sglang_check.py runnable --state $OUT/state-now.json --tried "$TRIED" | cut -d' ' -f1)
+    next=$(python3 bench/gpu_sglang_check.py runnable --state $OUT/state-now.json --runbook $RB --tried "$TRIED" | cut -d' ' -f1)
     [ -z "$next" ] && break
     TRIED="$TRIED $next"; echo "== --only $next" >> $OUT/runbook.log
     run_rb --run latest --only $next || [ $? -ne 124 ] || break
@@ -152,9 +156,10 @@ python3 -m eagle_tui.cli status --state-dir $STATE --json > $OUT/state.json 2> $
 
 # ---- a server step that died: its log tail, then the same launch with the hook off and with
 # no drafter at all (which part breaks), as long as the device's 10 minutes allow ----
-for step in extraction-server serve-drafter; do
+for step in extraction-server serve-drafter serve-drafter-llama serve-drafter-mla; do
   st=$(python3 -c "import json,sys; print(json.load(open('$OUT/state.json'))['steps']['$step']['status'])" 2>/dev/null)
   [ "$st" = failed ] || [ "$st" = lost ] || continue
+  [ "${DIAG:-1}" = 1 ] || { echo "DIAG=0: no relaunch diagnosis of $step"; continue; }
   left=$(( t0 + 590 - $(date +%s) - 40 ))
   [ $left -gt 60 ] || { echo "no time to diagnose $step"; continue; }
   stage_start diag-$step
@@ -176,18 +181,19 @@ stage_end revert-guard
 cp -f $WORK/*.json $WORK/*.txt $OUT/ 2>/dev/null
 mkdir -p $OUT/logs; cp -f $STATE/runs/*/logs/*.log $OUT/logs/ 2>/dev/null
 for f in $WORK/sglang-dumps/sglang-server.log $WORK/sglang-dumps/canary/vs-sglang.json; do cp -f $f $OUT/ 2>/dev/null; done
-python3 - "$OUT" "$t0" "$RBRC" "$BYTES_OK" "$STUBS" "${SECS[staging]}" "${SECS[runbook]}" <<'PY' > $OUT/extra.json
+python3 - "$OUT" "$t0" "$RBRC" "$BYTES_OK" "$STUBS" "${SECS[staging]}" "${SECS[runbook]}" "$RB" "$(wc -l < $STATE/calls)" <<'PY' > $OUT/extra.json
 import json, sys, time
-out, t0, rbrc, ok, stubs, st, rb = sys.argv[1:8]
+out, t0, rbrc, ok, stubs, st, rb, book, calls = sys.argv[1:10]
 print(json.dumps({
-  "run": "bench/gpu_sglang.sh: runbooks/gpu-sglang-check.yaml on one H200, real SGLang 0.5.14",
+  "run": f"bench/gpu_sglang.sh: {book} on one H200, real SGLang 0.5.14",
+  "calls": int(calls),
   "runbook_exit_code": int(rbrc), "revert_byte_identical": ok == "true",
   "stubbed_modules": stubs.split(), "script_seconds": {"staging": int(st), "runbook": int(rb)},
   "wall_seconds": int(time.time()) - int(t0),
 }))
 PY
 python3 bench/gpu_sglang_check.py report --work $WORK --state $OUT/state.json --extra $OUT/extra.json \
-  --out $OUT/sglang-real.json
+  --out $OUT/$REPORT_NAME ${REPORT_FLAVOURS:+--flavours $REPORT_FLAVOURS}
 # the device returns at most 8 files: everything else travels in one archive
 python3 - "$OUT/state.json" <<'PY'
 import json, sys
@@ -204,7 +210,7 @@ for sid, rec in steps.items():
             print(exc)
 PY
 ( cd $OUT && tar czf bundle.tgz --warning=no-file-changed --exclude=bundle.tgz \
-    --exclude=sglang-real.json --exclude=runbook.log . ; [ $? -le 1 ] \
-  && find . -mindepth 1 -maxdepth 1 ! -name bundle.tgz ! -name sglang-real.json ! -name runbook.log \
+    --exclude=$REPORT_NAME --exclude=runbook.log . ; [ $? -le 1 ] \
+  && find . -mindepth 1 -maxdepth 1 ! -name bundle.tgz ! -name $REPORT_NAME ! -name runbook.log \
      -exec rm -rf {} + )
 echo "total $(( $(date +%s) - t0 ))s"

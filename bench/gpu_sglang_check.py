@@ -40,7 +40,9 @@ SGLANG_KEYS = {
 
 def sglang_keys(model: Path) -> dict[str, Any]:
     path = Path(model) / "config.json"
-    cfg = json.loads(path.read_text())
+    top = json.loads(path.read_text())
+    # a Kimi-K2.5 wrapper keeps the DeepSeek-V3 keys in text_config, as the real checkpoint does
+    cfg = top["text_config"] if isinstance(top.get("text_config"), dict) else top
     added = {k: v for k, v in SGLANG_KEYS.items() if k not in cfg}
     rope = cfg.get("rope_parameters")
     if (
@@ -52,7 +54,7 @@ def sglang_keys(model: Path) -> dict[str, Any]:
         added["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
     if added:
         cfg.update(added)
-        path.write_text(json.dumps(cfg, indent=2) + "\n")
+        path.write_text(json.dumps(top, indent=2) + "\n")
     return added
 
 
@@ -286,6 +288,94 @@ def report(work: Path, state: Path, extra: dict) -> dict:
     return res
 
 
+W4A16_NOTE = (
+    "not run: Kimi-K2.5's INT4 checkpoint is compressed-tensors W4A16 (pack-quantized, group 32); "
+    "SGLang 0.5.14 serves it on Hopper through the Marlin/MoE-WNA16 kernels of sglang-kernel, but a "
+    "tiny target needs every quantized dimension to be a multiple of the kernel tile (hidden and "
+    "moe_intermediate >= 128-aligned per group) and a packer (llm-compressor) that is not in what "
+    "one device call can carry beside SGLang; the check stays on the bf16 wrapper"
+)
+
+
+def _tokenizer_kind(model: Path) -> dict[str, Any]:
+    cfg = _load(model / "tokenizer_config.json")
+    auto = (cfg.get("auto_map") or {}).get("AutoTokenizer") if isinstance(cfg, dict) else None
+    return {
+        "kind": "tiktoken" if (model / "tiktoken.model").exists() else "tokenizers",
+        "class": cfg.get("tokenizer_class") if isinstance(cfg, dict) else None,
+        "remote_code": (auto[0] if isinstance(auto, list) else auto) if auto else None,
+    }
+
+
+def kimi_report(work: Path, base: dict[str, Any], flavours: list[str]) -> dict[str, Any]:
+    """issue 26's keys: the wrapper, the tokenizer, the final-state check, both drafters."""
+    w = Path(work)
+    model = w / "target" / "model"
+    cfg = _load(model / "config.json")
+    vs = _load(w / "sglang-dumps" / "canary" / "vs-sglang.json")
+    verify = _load(w / "verify-dumps.json")
+    ref = base.get("dumps_vs_reference") or {}
+    drafters: dict[str, Any] = {}
+    for f in flavours:
+        acc, rac = _load(w / f"accept-{f}.json"), _load(w / f"reference-accept-{f}.json")
+        ag = agree(acc if "error" not in acc else None, rac if "error" not in rac else None)
+        info = _load(w / f"server-info-serve-{f}.json")
+        drafters[f] = {
+            "accept_length": ag.get("sglang"),
+            "reference_accept_length": ag.get("reference"),
+            "ci95": ag.get("ci95"),
+            "agree": ag.get("agree"),
+            "serve_check": _text(w / f"serve-check-{f}.txt"),
+            "architecture": (
+                _load(w / f"drafter-{f}" / "config.json").get("architectures") or [None]
+            )[0],
+            "serve_context_length": _context_length(info),
+            "accept_report": acc,
+            "reference_accept_report": rac,
+        }
+    fsc = vs.get("final_state_check") or {}
+    return {
+        "target_architecture": (cfg.get("architectures") or [None])[0],
+        "target_model_type": cfg.get("model_type"),
+        "tokenizer": _tokenizer_kind(model),
+        "sglang_version": base.get("sglang_version"),
+        "target_context_length": base.get("target_context_length"),
+        "dumps_vs_reference": {
+            k: ref.get(k)
+            for k in (
+                "ids_identical",
+                "samples_compared",
+                "max_abs_err",
+                "max_rel_err",
+                "mean_abs_err",
+                "aux_layer_ids",
+                "error",
+            )
+            if k in ref
+        },
+        "dumps_vs_sglang_hidden_states": base.get("dumps_vs_sglang_hidden_states"),
+        "final_state_check": {
+            "prompts": fsc.get("prompts"),
+            "argmax_matches": fsc.get("argmax_matches"),
+            "exact_matches": fsc.get("exact_matches"),
+            "vs_data": verify.get("final_state"),
+        },
+        "drafters": drafters,
+        "revert_byte_identical": base.get("revert_byte_identical"),
+        "calls": base.get("calls"),
+        "w4a16": W4A16_NOTE,
+        "patch": base.get("patch"),
+        "stages": base.get("stages"),
+        "commands": {**(base.get("commands") or {}), "script": "bash bench/gpu_sglang_kimi.sh"},
+        **{
+            k: v
+            for k, v in base.items()
+            if k
+            in ("stubbed_modules", "script_seconds", "wall_seconds", "runbook_exit_code", "run")
+        },
+    }
+
+
 def _context_length(info: Any) -> int | None:
     if not isinstance(info, dict):
         return None
@@ -465,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--work", type=Path, required=True)
     s.add_argument("--state", type=Path, required=True, help="eagle-tui status --json output")
     s.add_argument("--extra", type=Path, help="JSON merged into the report (staging facts)")
+    s.add_argument("--flavours", help="comma list (llama,mla): issue 26's Kimi report layout")
     s.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
     if a.cmd == "sglang-keys":
@@ -497,6 +588,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         extra = _load(a.extra) if a.extra else {}
         r = report(a.work, a.state, extra if isinstance(extra, dict) else {})
+        if a.flavours:
+            r = kimi_report(a.work, r, a.flavours.split(","))
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(r, indent=1, default=str) + "\n")
     print(

@@ -25,7 +25,7 @@ pip download -q "${PLAT[@]}" -d "$W/deps" \
   annotated-types typing-inspection annotated-doc apache-tvm-ffi==0.1.9 cuda-tile flashinfer-python==0.6.12 \
   torchao==0.17.0 blobfile==3.0.0 lxml pycryptodomex easydict gguf dill opentelemetry-api \
   'torch_memory_saver>=0.0.9.post1' anyio h11 httpx httpcore click psutil urllib3 einops nvidia-ml-py \
-  tabulate ninja prometheus-client \
+  tabulate ninja prometheus-client tiktoken regex requests charset-normalizer idna certifi \
   textual==8.2.8 asyncssh==2.24.1 textual-plotext plotext rich markdown-it-py mdurl mdit-py-plugins \
   linkify-it-py uc-micro-py pygments cryptography cffi platformdirs pyyaml
 mkdir -p "$W/site"

@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "patch": "remote_agent.eagle3.patching.patch_cmd",
     "extract": "remote_agent.eagle3.extraction.extract_cmd",
     "verify-dumps": "remote_agent.eagle3.extraction.verify_dumps_cmd",
+    "plan": "remote_agent.eagle3.plan",
     # drafter (training, export, evaluation)
     "train": "remote_agent.eagle3.drafter.train_cmd",
     "stream-reference": "remote_agent.eagle3.online.producer",
@@ -48,6 +49,7 @@ _HELP: dict[str, str] = {
     "patch": "status|apply|revert the SGLang deepseek_v2.py hidden-state dump patch",
     "extract": "dump aux + final hidden states (SGLang server or the HF reference backend)",
     "verify-dumps": "check a dump directory against the dataset",
+    "plan": "dump size, extraction/training time, disk bandwidth a run needs (before renting)",
     "train": "train the EAGLE-3 drafter (training-time test; torchrun data parallel)",
     "stream-reference": "serve the HF reference extractor as an online-training stream producer",
     "online-check": "one-box online placement: SGLang memory fraction + trainer budget fit",

@@ -9,7 +9,9 @@ completion_tokens / spec_verify_ct (the bonus token included, so 1.0 = nothing a
 over the requests that reached a verify step (token-weighted, like SpecForge's bench_eagle3),
 with the per-request distribution and a 95 % confidence interval (accept_stats.py). Prompts are MT-Bench-style
 (`{"question_id", "turns": [...]}`, both turns, each answered in context) or OpenAI `messages`,
-rendered with the target's chat template, greedy (temperature 0).
+rendered with the target's chat template, greedy (temperature 0). The mode is the one published
+Kimi numbers use: the template's default (thinking on for Kimi-K2.5), turn 2 sees turn 1's answer
+with its reasoning split off into `reasoning_content` (assistant_turn), never raw reasoning text.
 """
 
 from __future__ import annotations
@@ -125,8 +127,24 @@ def run_conversation(
                 "spec_verify_ct": meta.get("spec_verify_ct"),  # absent: never verified
             }
         )
-        history.append({"role": "assistant", "content": resp.get("text", "")})
+        history.append(assistant_turn(tok, resp))
     return stats
+
+
+def assistant_turn(tok: Any, resp: dict[str, Any]) -> dict[str, str]:
+    """The answer as the next turn's history, the way Kimi's published multi-turn numbers are
+    run (thinking mode, the chat template's own rendering of past turns): the reasoning before
+    `</think>` goes to `reasoning_content` (Kimi's template drops it from earlier turns), only
+    the answer is `content`. Split on the generated ids, not the text: `</think>` is a special
+    token, so the server's text has no marker left between reasoning and answer."""
+    ids = resp.get("output_ids")
+    end = tok.convert_tokens_to_ids("</think>") if "</think>" in tok.get_vocab() else None
+    if isinstance(ids, list) and end is not None and end in ids:
+        k = ids.index(end)
+        reasoning = tok.decode(ids[:k], skip_special_tokens=True).strip()
+        answer = tok.decode(ids[k + 1 :], skip_special_tokens=True).strip()
+        return {"role": "assistant", "content": answer, "reasoning_content": reasoning}
+    return {"role": "assistant", "content": resp.get("text", "")}
 
 
 def measure(

@@ -88,6 +88,12 @@ PRESETS: dict[str, TinyPreset] = {
 }
 
 
+# Kimi-K2.5-shaped wrappers (tiny_kimi.py): `KimiK25ForConditionalGeneration` around the named
+# preset's DeepSeek-V3, with a tiktoken tokenizer; the base vocabulary leaves Kimi's 256 reserved
+# special ids on top, so the model vocabulary is the preset's
+KIMI_WRAPPED = {"kimi-k25-ci": "ci", "kimi-k25-gpu": "kimi-gpu"}
+
+
 def stdlib_corpus(max_bytes: int) -> list[str]:
     """Python sources of the running interpreter's standard library, sorted, up to max_bytes."""
     root = Path(sysconfig.get_paths()["stdlib"])
@@ -213,6 +219,8 @@ def ensure_tiny(preset_name: str = "ci", seed: int = 0, root: Path | None = None
     import tokenizers
     import transformers
 
+    if preset_name not in PRESETS and preset_name not in KIMI_WRAPPED:
+        raise ValueError(f"unknown tiny preset {preset_name!r}")
     key = TinyKey(
         preset_name,
         seed,
@@ -222,12 +230,20 @@ def ensure_tiny(preset_name: str = "ci", seed: int = 0, root: Path | None = None
     )
     root = root or cache_root()
     final = root / f"tiny-{preset_name}-{key.digest()}"
-    if (final / "config.json").exists() and (final / "tokenizer.json").exists():
+    tok_file = "tiktoken.model" if preset_name in KIMI_WRAPPED else "tokenizer.json"
+    if (final / "config.json").exists() and (final / tok_file).exists():
         return final
     tmp = root / f".tmp-{final.name}-{os.getpid()}"
     tok_dir = tmp / "tokenizer"
-    build_tokenizer(tok_dir, PRESETS[preset_name].vocab_size)
-    build_target(tmp / "model", tok_dir, preset_name, seed)
+    if preset_name in KIMI_WRAPPED:
+        from remote_agent.eagle3 import tiny_kimi
+
+        base = KIMI_WRAPPED[preset_name]
+        tiny_kimi.build_tokenizer(tok_dir, PRESETS[base].vocab_size - tiny_kimi.RESERVED)
+        tiny_kimi.build_target(tmp / "model", tok_dir, base, seed)
+    else:
+        build_tokenizer(tok_dir, PRESETS[preset_name].vocab_size)
+        build_target(tmp / "model", tok_dir, preset_name, seed)
     (tmp / "model" / "tiny.json").write_text(json.dumps(asdict(key), indent=1))
     try:
         os.replace(tmp / "model", final)

@@ -26,7 +26,12 @@ HELP = "build a tiny tokenizer + DeepseekV3 target (demo, tests, GPU runs)"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, type=Path, help="output directory")
-    p.add_argument("--preset", choices=("ci", "gpu", "kimi-gpu"), default="ci")
+    p.add_argument(
+        "--preset",
+        choices=("ci", "gpu", "kimi-gpu", "kimi-k25-ci", "kimi-k25-gpu"),
+        default="ci",
+        help="kimi-k25-*: the KimiK25ForConditionalGeneration wrapper + tiktoken tokenizer",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--per-source", type=int, default=200, help="samples per ground-truth source")
     p.add_argument(

@@ -45,14 +45,15 @@ def train_target(
 ) -> dict:
     """In-place next-token training of the target in `model_dir` (safetensors rewritten)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
+    from remote_agent.eagle3.extraction.reference import hf_model_class
     from remote_agent.eagle3.tiny import stdlib_corpus
 
     torch.manual_seed(seed)
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    tok = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=True)
     # Any: transformers' stubs type the loaded model's .to() as unbound (pyright reads it so)
-    model: Any = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    model: Any = hf_model_class(model_dir).from_pretrained(str(model_dir), dtype=torch.float32)
     model = model.to(device)
     model.train()
     stream = torch.tensor(_token_stream(tok, conversations, stdlib_corpus(corpus_bytes), seed))
@@ -87,7 +88,12 @@ def train_target(
         # saved the way real targets ship (Kimi-K2.5: bfloat16): SGLang's `--dtype auto` would run
         # a float32 checkpoint in float16, beside a bfloat16 drafter (serve_dtype.py)
         model.to(torch.bfloat16)
-    model.save_pretrained(str(model_dir), safe_serialization=True)
+    from remote_agent.eagle3 import tiny_kimi
+
+    if tiny_kimi.is_kimi_wrapper(model_dir):  # transformers' own save breaks the released names
+        tiny_kimi.save_released(model, model_dir)
+    else:
+        model.save_pretrained(str(model_dir), safe_serialization=True)
     tokens = steps * batch * seq_len
     return {
         "steps": steps,
@@ -110,13 +116,17 @@ def regenerate(
 ) -> dict:
     """Answer every prompt with the target (batched, left-padded); write OpenAI-style JSONL."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    from remote_agent.eagle3.drafter.synthetic import end_ids
+    from remote_agent.eagle3.extraction.reference import hf_model_class
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=True)
     tok.padding_side = "left"
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    model: Any = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)  # as above
+    model: Any = hf_model_class(model_dir).from_pretrained(str(model_dir), dtype=dtype)
     model = model.to(device).eval()
+    stops = sorted(end_ids(model_dir, tok))  # Kimi: <|im_end|> ends a turn, not [EOS]
     torch.manual_seed(seed)
     progress = Progress("regenerate", len(prompts), "samples")
     n_tokens = 0
@@ -136,12 +146,13 @@ def regenerate(
                 temperature=temperature if temperature > 0 else None,
                 top_p=None,
                 top_k=None,
-                eos_token_id=tok.eos_token_id,
+                eos_token_id=stops,
                 pad_token_id=tok.pad_token_id,
             )
             for p, row in zip(chunk, outs[:, enc["input_ids"].shape[1] :].tolist(), strict=True):
-                if tok.eos_token_id in row:
-                    row = row[: row.index(tok.eos_token_id)]
+                cut = [row.index(e) for e in stops if e in row]
+                if cut:
+                    row = row[: min(cut)]
                 n_tokens += len(row)
                 answer = tok.decode(row, skip_special_tokens=True)
                 f.write(

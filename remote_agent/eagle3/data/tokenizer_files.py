@@ -55,12 +55,28 @@ def load_tokenizer(
     return tok
 
 
+def remote_code_files(d: Path) -> list[str]:
+    """The .py files a trust_remote_code tokenizer runs (Kimi: tokenization_kimi.py): named in
+    tokenizer_config.json's auto_map, plus any tokenization_*.py beside it."""
+    names = {p.name for p in d.glob("tokenization_*.py")}
+    try:
+        auto = json.loads((d / "tokenizer_config.json").read_text()).get("auto_map") or {}
+    except (OSError, ValueError):
+        auto = {}
+    refs = auto.get("AutoTokenizer") if isinstance(auto, dict) else None
+    for ref in refs if isinstance(refs, list) else [refs]:
+        if isinstance(ref, str) and "." in ref:
+            names.add(ref.split("--")[-1].rsplit(".", 1)[0] + ".py")
+    return sorted(n for n in names if (d / n).is_file())
+
+
 def tokenizer_sha256(path: Path) -> str:
-    """sha256 over the tokenizer's defining files (name + bytes), in a fixed order."""
+    """sha256 over the tokenizer's defining files (name + bytes), in a fixed order; remote code
+    counts (its .py decides how text becomes ids as much as the vocabulary does)."""
     d = _dir(path)
     h = hashlib.sha256()
     found = False
-    for name in TOKENIZER_FILES:
+    for name in (*TOKENIZER_FILES, *remote_code_files(d)):
         f = d / name
         if f.is_file():
             found = True

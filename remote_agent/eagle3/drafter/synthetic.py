@@ -29,13 +29,17 @@ def capture_ids(num_layers: int) -> list[int]:
 
 
 def load_target(target_dir: Path, device: str = "cpu", dtype=torch.float32):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(
-        str(target_dir), dtype=dtype, attn_implementation="eager"
-    ).to(device)
+    from remote_agent.eagle3.extraction.reference import hf_model_class
+
+    model = (
+        hf_model_class(target_dir)
+        .from_pretrained(str(target_dir), dtype=dtype, attn_implementation="eager")
+        .to(device)
+    )
     model.eval()
-    tok = AutoTokenizer.from_pretrained(str(target_dir))
+    tok = AutoTokenizer.from_pretrained(str(target_dir), trust_remote_code=True)
     return model, tok
 
 

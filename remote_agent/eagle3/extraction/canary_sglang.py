@@ -14,7 +14,8 @@ What `return_hidden_states` returns (read in 0.5.14's source; 0.5.23 is the same
   (batch_result_processor._append_prefill_hidden_states) as nested lists of the bf16 values,
   so JSON carries them exactly. With `max_new_tokens` 1 no decode rows follow.
 So a server with aux capture on is compared on `aux` (every prompt position); the dumped
-`final` has no SGLang counterpart then, and the result says so.
+`final` has no SGLang counterpart then: the final-state check (final_check.py) covers it, the
+dumped final's last row must predict the token SGLang generated for the same request.
 """
 
 from __future__ import annotations
@@ -89,8 +90,10 @@ def compare_with_sglang(
     prompts: list[list[int]],
     timeout: float = 120.0,
     poll_s: float = 0.5,
+    lm_head: Any = None,
 ) -> dict[str, Any]:
-    """Send `prompts` batched, wait for their canary dumps, compare; written to canary/RESULT_NAME."""
+    """Send `prompts` batched, wait for their canary dumps, compare; written to canary/RESULT_NAME.
+    With the target's `lm_head`, also the final-state check against SGLang's generated tokens."""
     nonce = uuid.uuid4().hex[:10]
     sids = [f"{CANARY}rhs-{nonce}-{i}" for i in range(len(prompts))]
     try:
@@ -117,12 +120,14 @@ def compare_with_sglang(
         if time.monotonic() > deadline:
             raise Failed(f"the batched canary was not dumped into {root} within {timeout:.0f}s")
         time.sleep(poll_s)
-    per = []
+    per, finals, tokens = [], [], []
     for sid, prompt, answer in zip(sids, prompts, answers, strict=True):
         sample = reader.get(sid)
         row = compare_rows(sample, prefill_rows(answer))
         row.update(sid=sid, ids_equal=sample["input_ids"].tolist() == prompt)
         per.append(row)
+        finals.append(sample["final"])
+        tokens.append(generated_token(answer))
     shards = {str(reader.index[s].shard) for s in sids}
     reader.close()
     compared = sorted({str(r.get("compared")) for r in per})
@@ -135,5 +140,17 @@ def compare_with_sglang(
         "max_abs_err": max((r.get("max_abs_err", float("inf")) for r in per), default=None),
         "per_sample": per,
     }
+    if lm_head is not None:
+        from remote_agent.eagle3.extraction.final_check import check_against_server
+
+        result["final_state_check"] = check_against_server(finals, tokens, lm_head, sids)
     (root / RESULT_NAME).write_text(json.dumps(result, indent=1))
     return result
+
+
+def generated_token(answer: dict[str, Any]) -> int:
+    """The one token SGLang generated for a request (`output_ids`, greedy)."""
+    out = answer.get("output_ids")
+    if not isinstance(out, list) or not out:
+        raise Failed(f"SGLang returned no output_ids for {answer.get('meta_info', {}).get('id')}")
+    return int(out[0])

@@ -44,6 +44,7 @@ from remote_agent.eagle3.extraction.server import (
     check_flags,
     dump_env,
     launch_command,
+    long_sample_problem,
     model_info,
     server_info,
     sglang_layer_ids,
@@ -55,6 +56,7 @@ from remote_agent.eagle3.sglang_versions import served_capture_ids
 CANARY = CONTROL_PREFIX + "canary:"
 FLUSH = CONTROL_PREFIX + "flush:"
 CANARY_TOKENS = 64
+FINAL_CHECK_PROMPTS = 4  # batched canary requests, each also checked on its final state
 
 
 @dataclass
@@ -173,6 +175,9 @@ class Extraction:
         exp = expected_shapes(opts, {**model_info(self.http), **info})
         self._record_identity(info)
         ids = dataset.ids()[: opts.limit] if opts.limit else dataset.ids()
+        too_long = long_sample_problem(info, {s: dataset.length(s) for s in ids})
+        if too_long:
+            raise BadInput(f"SGLang at {self.http.url}: {too_long}")
         meta = self.canary(dataset.input_ids(ids[0])[:CANARY_TOKENS], exp)
         vs_sglang = self.canary_vs_sglang(dataset, ids, info)
         if opts.canary_only:
@@ -272,12 +277,20 @@ class Extraction:
             return None
         from remote_agent.eagle3.extraction.canary_sglang import compare_with_sglang
 
-        picks = [ids[0], ids[1 % len(ids)]]
-        prompts = [dataset.input_ids(picks[0])[:CANARY_TOKENS], dataset.input_ids(picks[1])]
-        prompts[1] = prompts[1][: max(1, min(len(prompts[1]), CANARY_TOKENS // 2 + 3))]
+        # four requests of different lengths in one forward (the first a full canary window)
+        picks = [ids[i % len(ids)] for i in range(FINAL_CHECK_PROMPTS)]
+        prompts = [dataset.input_ids(picks[0])[:CANARY_TOKENS]]
+        for k, sid in enumerate(picks[1:], start=1):
+            p = dataset.input_ids(sid)
+            prompts.append(p[: max(1, min(len(p), CANARY_TOKENS // (k + 1) + 3))])
         opts = self.opts
+        lm_head = None
+        if opts.model is not None:
+            from remote_agent.eagle3.extraction.final_check import load_lm_head
+
+            lm_head = load_lm_head(opts.model)
         result = compare_with_sglang(
-            self.http, self.out, opts.rid_prefix, prompts, opts.canary_timeout, opts.poll_s
+            self.http, self.out, opts.rid_prefix, prompts, opts.canary_timeout, opts.poll_s, lm_head
         )
         line = (
             f"canary vs SGLang return_hidden_states: {result['samples']} batched requests, "
@@ -287,6 +300,21 @@ class Extraction:
         print(line, flush=True)
         if not result["bit_exact"]:
             raise Failed(line + f"; see {self.out / CANARY_DIR}")
+        fsc = result.get("final_state_check")
+        if fsc is not None:
+            print(
+                f"final-state check: argmax(final[-1] @ lm_head^T) equals SGLang's token on "
+                f"{fsc['argmax_matches']}/{fsc['prompts']} prompts",
+                flush=True,
+            )
+            if not fsc["ok"]:
+                bad = next(p for p in fsc["per_prompt"] if not p["match"])
+                raise Failed(
+                    f"the dumped final state is not the one SGLang decodes from: canary "
+                    f"{bad['sample']} predicts token {bad['dump_argmax']}, SGLang generated "
+                    f"{bad['sglang_token']} ({fsc['argmax_matches']}/{fsc['prompts']} agree); "
+                    f"extraction stopped, see {self.out / CANARY_DIR / 'vs-sglang.json'}"
+                )
         return result
 
     def _check_canary(self, reader: DumpReader, sid: str, input_ids: list[int], exp) -> DumpMeta:

@@ -71,16 +71,28 @@ def torch_dtype(name: str, device) -> Any:
     return getattr(torch, DTYPES[name])
 
 
-def load_model(path: Path, dtype, device, attn: str | None = None, trust_remote_code: bool = False):
-    from transformers import AutoModelForCausalLM
+def hf_model_class(path: Path) -> Any:
+    """The transformers auto class that loads this target: Kimi-K2.5 (`model_type: kimi_k25`,
+    a vision-language wrapper) is an image-text-to-text model in transformers 5, not a causal LM."""
+    import json
 
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    try:
+        model_type = json.loads((Path(path) / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError):
+        model_type = None
+    return AutoModelForImageTextToText if model_type == "kimi_k25" else AutoModelForCausalLM
+
+
+def load_model(path: Path, dtype, device, attn: str | None = None, trust_remote_code: bool = False):
     if not (Path(path) / "config.json").exists():
         raise BadInput(f"{path}: not a Hugging Face model directory (no config.json)")
     kwargs: dict[str, Any] = {"dtype": dtype, "trust_remote_code": trust_remote_code}
     if attn:
         kwargs["attn_implementation"] = attn
     # no device_map: in transformers 5 any device_map (even one device) requires accelerate
-    model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+    model = hf_model_class(path).from_pretrained(str(path), **kwargs)
     return model.to(device).eval()
 
 

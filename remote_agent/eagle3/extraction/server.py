@@ -108,6 +108,39 @@ def check_flags(
     return problems
 
 
+def prefill_limit(info: dict[str, Any]) -> tuple[int | None, str]:
+    """The longest sample this server can take as one prefill (chunked prefill is off): its KV
+    pool (`max_total_num_tokens`, what --mem-fraction-static left after the weights), its input
+    limit (`max_req_input_len`) and context length; the smallest wins, named."""
+    limits = {
+        k: int(info[k])
+        for k in ("max_total_num_tokens", "max_req_input_len", "context_length")
+        if isinstance(info.get(k), (int, float)) and info[k] > 0
+    }
+    if not limits:
+        return None, ""
+    key = min(limits, key=lambda k: limits[k])
+    return limits[key], ", ".join(f"{k}={v}" for k, v in limits.items())
+
+
+def long_sample_problem(info: dict[str, Any], lengths: dict[str, int]) -> str | None:
+    """Refuse, before anything is sent, samples longer than one prefill can hold: SGLang would
+    otherwise stall them in its queue or run out of memory mid-run (a 32-64K-token sample is one
+    prefill here)."""
+    limit, where = prefill_limit(info)
+    if limit is None:
+        return None
+    over = sorted(((n, sid) for sid, n in lengths.items() if n > limit), reverse=True)
+    if not over:
+        return None
+    shown = ", ".join(f"{sid} ({n} tokens)" for n, sid in over[:5])
+    return (
+        f"{len(over)} samples are longer than this server can prefill in one request "
+        f"({limit} tokens: {where}), e.g. {shown}. Split or drop them (`eagle3 merge --max-len "
+        f"{limit}`), or give the server more KV memory (--mem-fraction-static, a larger --tp)"
+    )
+
+
 # ---- optional: launch SGLang ourselves ----
 
 
@@ -138,6 +171,9 @@ def launch_command(
         "--disable-prefill-cuda-graph",
         "--skip-server-warmup",
         "--enable-return-hidden-states",  # the canary compares with SGLang's own rows
+        # prefill-only requests never decode: decode graphs would be captured (GPU memory,
+        # startup minutes on a big target) and never replayed; SpecForge disables them too
+        "--disable-cuda-graph",
     ]
     if tp:
         cmd += ["--tp-size", str(tp)]

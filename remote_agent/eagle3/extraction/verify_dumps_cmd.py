@@ -2,6 +2,9 @@
 ids equal, shapes right, no NaN/Inf, no error markers; reports bytes per token. DIR may be a
 sharded extraction's root (extraction/sharding.py): then the union of its shards is checked,
 and each missing sample is reported with the shard that owes it.
+With --model, also the final-state check (extraction/final_check.py): sampled supervised rows
+`final` must predict the data's next token through the target's lm_head (rate at least
+--min-final-agreement), and no sample may fall far below the dump's own rate (named, with rows).
 Exit codes: 0 the dump matches, 1 it does not, 2 bad input (no dump dir, no dataset)."""
 
 from __future__ import annotations
@@ -27,6 +30,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(its recorded identity, extraction/identity.py)",
     )
     parser.add_argument("--no-values", action="store_true", help="skip the NaN/Inf scan")
+    parser.add_argument(
+        "--final-samples", type=int, default=64, help="--model: samples the final check reads"
+    )
+    parser.add_argument(
+        "--min-final-agreement",
+        type=float,
+        default=0.1,
+        help="--model: the least fraction of sampled rows whose final predicts the next token "
+        "(a corrupted or shifted final agrees at ~1/vocab; a trained target at its top-1 rate)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -51,6 +64,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"verify-dumps: {exc}")
         return 1
     summary = report.to_json()
+    final_ok = True
+    if args.model is not None and (args.dump / "meta.json").is_file():
+        final_ok = _final_state(args, dataset, summary)
     # a sharded extraction's root: which shard lacks what, and where each duplicate lies
     union = union_report(args.dump, dataset) if parts_of(args.dump) else []
     if union:
@@ -70,4 +86,32 @@ def run(args: argparse.Namespace) -> int:
         for line in union:
             print(f"  {line}")
     emit("result", **summary)
-    return 0 if report.ok and not union else 1
+    return 0 if report.ok and not union and final_ok else 1
+
+
+def _final_state(args: argparse.Namespace, dataset, summary: dict) -> bool:
+    from remote_agent.eagle3.dense import DumpReader
+    from remote_agent.eagle3.extraction.final_check import check_against_data, load_lm_head
+
+    reader = DumpReader(args.dump)
+    try:
+        check = check_against_data(reader, dataset, load_lm_head(args.model), args.final_samples)
+    finally:
+        reader.close()
+    summary["final_state"] = check.to_json()
+    problems = []
+    if check.rows and check.rate < args.min_final_agreement:
+        problems.append(
+            f"the dumped final states predict the data's next token at {check.agree}/{check.rows} "
+            f"sampled rows ({check.rate:.1%} < --min-final-agreement {args.min_final_agreement}): "
+            f"they are not {args.model}'s states for these samples"
+        )
+    problems += check.low
+    summary["final_state"]["problems"] = problems
+    if problems:
+        summary["ok"] = False
+        if not args.json:
+            print("final-state check FAILED:\n  " + "\n  ".join(problems[:10]))
+    elif not args.json:
+        print(f"final-state check: {check.agree}/{check.rows} sampled rows predict the next token")
+    return not problems

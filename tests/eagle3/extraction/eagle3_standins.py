@@ -103,11 +103,19 @@ def standin_batch(
 def write_dataset(path: Path, lengths: list[int], seed: int = 0, vocab: int = 2000) -> Path:
     """A merged-dataset JSONL with its manifest (random ids from the tiny vocabulary)."""
     rng = random.Random(seed)
-    lines = []
+    records = []
     for i, n in enumerate(lengths):
         ids = [rng.randrange(11, vocab) for _ in range(n)]
-        rec = {"id": f"s{i:04d}", "source": "test", "input_ids": ids, "loss_mask": [1] * n}
-        lines.append(json.dumps(rec, separators=(",", ":")))
+        records.append(
+            {"id": f"s{i:04d}", "source": "test", "input_ids": ids, "loss_mask": [1] * n}
+        )
+    return write_records(path, records)
+
+
+def write_records(path: Path, records: list[dict]) -> Path:
+    """Records (id, source, input_ids, loss_mask) as a merged-dataset JSONL with its manifest."""
+    lengths = [len(r["input_ids"]) for r in records]
+    lines = [json.dumps(r, separators=(",", ":")) for r in records]
     data = ("\n".join(lines) + "\n").encode()
     path.write_bytes(data)
     manifest = {
@@ -149,6 +157,7 @@ class _Req:
         self.error: str | None = None
         self.hidden = hidden  # return_hidden_states: rows of the batch tensor, as SGLang does
         self.rows: list | None = None
+        self.token = 0  # the greedy next token after the prompt (what SGLang generates)
 
 
 class FakeSGLang:
@@ -167,6 +176,7 @@ class FakeSGLang:
         chunk: int | None = None,
         on_first_request=None,
         rows_fault: str | None = None,
+        final_fault: bool = False,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM
@@ -192,6 +202,9 @@ class FakeSGLang:
         # "swap": the next request's rows, "shift": one row late, "ulp": one value one bf16 step
         # off (the bugs the canary must catch)
         self.rows_fault = rows_fault
+        # final_fault: the dumped `final` of batched (canary) requests gets a wrong last row
+        # while the generated token stays right (what the final-state check must catch)
+        self.final_fault = final_fault
         self.requests: queue.Queue = queue.Queue()
         self.batches = 0
         self._stop = threading.Event()
@@ -276,7 +289,12 @@ class FakeSGLang:
         fb = standin_batch(rids, lens, input_ids, prefixes)
         self.batches += 1
         offsets = [sum(lens[:i]) for i in range(len(lens))]
-        for i, (r, _, _) in enumerate(pieces):
+        for i, (r, _, hi) in enumerate(pieces):
+            last = offsets[i] + lens[i] - 1
+            with torch.no_grad():  # greedy: the argmax of the real lm_head at the last position
+                r.token = int(self.model.lm_head(final[last]).argmax())
+            if self.final_fault and "__eagle3__" in r.rid and hi == len(r.ids):
+                final[last] = torch.randn_like(final[last]) * 10
             if r.hidden:  # what SGLang returns: bf16 values of the batch's aux rows
                 j = (i + 1) % len(pieces) if self.rows_fault == "swap" else i
                 lo = offsets[j] + (1 if self.rows_fault == "shift" else 0)
@@ -355,7 +373,7 @@ class FakeSGLang:
                     meta = {"id": r.rid, "prompt_tokens": len(r.ids)}
                     if r.rows is not None:
                         meta["hidden_states"] = r.rows
-                    answers.append({"text": "", "output_ids": [0], "meta_info": meta})
+                    answers.append({"text": "", "output_ids": [r.token], "meta_info": meta})
                 self._reply(200, answers)
 
         return Handler

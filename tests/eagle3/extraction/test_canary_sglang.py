@@ -33,10 +33,10 @@ def hook(tmp_path, monkeypatch):
     mod.reset()
 
 
-def canary_only(url: str, data, out) -> int:
+def canary_only(url: str, data, out, *extra) -> int:
     return main(
         ["extract", "--server", url, "--dataset", str(data), "--out", str(out),
-         "--disk-margin-gb", "0", "--canary-timeout", "30", "--canary-only"]
+         "--disk-margin-gb", "0", "--canary-timeout", "30", "--canary-only", *map(str, extra)]
     )  # fmt: skip
 
 
@@ -45,12 +45,39 @@ def test_batched_canary_is_bit_exact_with_sglang_rows(hook, tiny_target, tmp_pat
     with FakeSGLang(hook, tiny_target, flags=HIDDEN, pad_rows=3) as fake:
         assert canary_only(fake.url, data, out) == 0
     r = json.loads((out / "canary" / RESULT_NAME).read_text())
-    assert r["bit_exact"] is True and r["samples"] == 2 and r["shared_forward"] is True
+    assert r["bit_exact"] is True and r["samples"] == 4 and r["shared_forward"] is True
     assert r["compared"] == ["aux"] and r["not_compared"] == ["final"]
     assert r["max_abs_err"] == 0.0
     tokens = [p["tokens"] for p in r["per_sample"]]
     assert tokens[0] != tokens[1]  # two lengths: a wrong offset cannot line up by chance
     assert all(p["ids_equal"] and p["rows_differing"] == 0 for p in r["per_sample"])
+
+
+def test_final_state_check_passes_then_blocks_a_corrupted_final(
+    hook, tiny_target, tmp_path, capsys
+):
+    """With --model the canary also requires argmax(final[-1] @ lm_head^T) to be the token the
+    server generated; a dumped final whose last row is wrong stops extraction, located."""
+    data = write_dataset(tmp_path / "d.jsonl", [70, 33, 20, 9])
+    out = tmp_path / "dump"
+    with FakeSGLang(hook, tiny_target, flags=HIDDEN) as fake:
+        assert canary_only(fake.url, data, out, "--model", tiny_target) == 0
+    fsc = json.loads((out / "canary" / RESULT_NAME).read_text())["final_state_check"]
+    assert fsc["ok"] and fsc["prompts"] == fsc["argmax_matches"] == 4
+    assert "equals SGLang's token on 4/4 prompts" in capsys.readouterr().out
+    import shutil
+
+    shutil.rmtree(out)  # the hook writes where its environment says: the same dir, emptied
+    hook.reset()
+    bad = out
+    with FakeSGLang(hook, tiny_target, flags=HIDDEN, final_fault=True) as fake:
+        assert canary_only(fake.url, data, bad, "--model", tiny_target) == 1
+    err = capsys.readouterr()
+    text = err.out + err.err
+    assert "the dumped final state is not the one SGLang decodes from" in text
+    assert "__eagle3__:canary:rhs-" in text and "vs-sglang.json" in text
+    fsc = json.loads((bad / "canary" / RESULT_NAME).read_text())["final_state_check"]
+    assert not fsc["ok"] and fsc["argmax_matches"] < 4
 
 
 def test_no_comparison_without_return_hidden_states(hook, tiny_target, tmp_path):
