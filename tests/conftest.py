@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -95,6 +96,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(no_sshd)
 
 
+_FALLBACK_ROOT = pytest.StashKey[Path]()
+
+
 def _xdist_controller(config) -> bool:
     return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
 
@@ -106,8 +110,15 @@ def pytest_configure(config) -> None:
         return  # the workers it starts pick their own
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     root = Path(tempfile.mkdtemp(prefix=f"eagle-tui-tests-{worker}-"))
+    config.stash[_FALLBACK_ROOT] = root
     os.environ.setdefault("EAGLE_TUI_STATE_DIR", str(root / "state"))
     os.environ.setdefault("EAGLE_TUI_SPOOL", str(root / "spool"))
+
+
+def pytest_unconfigure(config) -> None:
+    root = config.stash.get(_FALLBACK_ROOT, None)
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # The attack tally: a worker hands its rows to the controller, which sums them and prints.
