@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         "--options",
         nargs="*",
         default=[],
-        help="TTTStep flags to set (checkpoint_steps, loss_recompute, ...)",
+        help="TTTStep flags to set (checkpoint_steps, cast_weights_once, ...)",
     )
     p.add_argument("--compile", action="store_true", help="torch.compile pre/post as on the GPU")
     args = p.parse_args(argv)
