@@ -416,7 +416,7 @@ class Run:
         first = TINY_FIRST if self.tiny else predicted_top(self.report, self.step())
         first = a.first_seq or first
         self.plan["max_seq"]["ours_first"] = first
-        ours_l = [first] + (TINY_OURS if self.tiny else OURS_LADDER)
+        ours_l = [first] + (a.ours_ladder or (TINY_OURS if self.tiny else OURS_LADDER))
         allowed = self.end - time.time()
         self.plan["max_seq"]["ours_share_s"] = round(allowed)
         extra = [
@@ -604,6 +604,9 @@ def main(argv: list[str] | None = None) -> int:
         help="SpecForge's max_seq ladder: this share of the time after part 1 (0 = left out)",
     )  # fmt: skip
     p.add_argument("--first-seq", type=int, help="ours' first max_seq rung (default: the fit)")
+    p.add_argument(
+        "--ours-ladder", type=trials._ints, help="ours' max_seq rungs after the first (16K,32K)"
+    )
     p.add_argument("--work", type=Path)
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "long-context.json")
     p.add_argument("--worker", help=argparse.SUPPRESS)

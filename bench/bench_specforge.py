@@ -374,8 +374,10 @@ def worker_throughput(side: str, args) -> dict:
 
 def timed_passes(one, units, args, device) -> dict:
     """Warmup over every unit once (every shape the timed pass meets compiles), then timed
-    passes; peak memory from the timed passes (counters reset after the warmup)."""
+    passes (with the GPU to this worker alone under --side-by-side: gpu_gate); peak memory
+    from the timed passes (counters reset after the warmup)."""
     import bench_train
+    import gpu_gate
     import torch
 
     tokens_per_pass = sum(int(u.tokens) for u in units)
@@ -389,12 +391,14 @@ def timed_passes(one, units, args, device) -> dict:
         torch.cuda.reset_peak_memory_stats()
     passes = 1 if args.workload == "chat" else (4 if args.quick else 10)
     times, losses = [], []
-    for r in range(passes):
-        t = time.perf_counter()
-        for i, u in enumerate(units):
-            losses.append(one(u, len(warm_units) + r * len(units) + i))
-        bench_train.sync(device)
-        times.append(time.perf_counter() - t)
+    gate: dict = {}
+    with gpu_gate.exclusive(Path(args.work) if args.side_by_side else None, gate):
+        for r in range(passes):
+            t = time.perf_counter()
+            for i, u in enumerate(units):
+                losses.append(one(u, len(warm_units) + r * len(units) + i))
+            bench_train.sync(device)
+            times.append(time.perf_counter() - t)
     pass_s = sorted(times)[len(times) // 2]
     return {
         "steps_per_pass": len(units),
@@ -406,6 +410,7 @@ def timed_passes(one, units, args, device) -> dict:
         if device == "cuda"
         else None,
         "losses": [round(x, 5) for x in losses[:12]],
+        **gate,
     }
 
 
@@ -659,37 +664,66 @@ def run_acceptance(args) -> dict:
 
 def run_worker(args, role: str, extra: list[str] | None = None) -> dict:
     out = Path(args.work) / f"{role}.json"
-    cmd = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--worker",
-        role,
-        "--device",
-        args.device,
-        "--wheel",
-        str(args.wheel),
-        "--work",
-        str(args.work),
-        "--epochs",
-        str(args.epochs),
-        "--lr",
-        str(args.lr),
-        "--ttt",
-        str(args.ttt),
-        "--holdout",
-        str(args.holdout),
-        *(extra or []),
-    ]
-    if args.quick:
-        cmd.append("--quick")
-    for key in ("heads", "kv_heads", "inter"):
-        if getattr(args, key, None):
-            cmd += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+    cmd = worker_cmd(args, role, extra)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     if proc.returncode or not out.exists():
         return {"error": proc.stderr[-4000:] or f"exit {proc.returncode}"}
     return json.loads(out.read_text())
+
+
+def worker_cmd(args, role: str, extra: list[str] | None = None) -> list[str]:
+    cmd = [
+        sys.executable, str(Path(__file__).resolve()), "--worker", role, "--device", args.device,
+        "--wheel", str(args.wheel), "--work", str(args.work), "--epochs", str(args.epochs),
+        "--lr", str(args.lr), "--ttt", str(args.ttt), "--holdout", str(args.holdout),
+        *(extra or []),
+    ]  # fmt: skip
+    if args.quick:
+        cmd.append("--quick")
+    if args.side_by_side:
+        cmd.append("--side-by-side")
+    for key in ("heads", "kv_heads", "inter"):
+        if getattr(args, key, None):
+            cmd += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+    return cmd
+
+
+def run_side_by_side(args, roles: dict[str, str], extra: list[str]) -> dict[str, dict]:
+    """The workers at once, each its own process group listed for gpu_gate: they start, build
+    and compile together, and each times its passes with every other one paused (SIGSTOP), so
+    no kernel of another overlaps a timed pass. Every group is continued when one ends."""
+    import signal
+
+    import gpu_gate
+
+    work = Path(args.work)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = {}
+    for name, role in roles.items():
+        log = open(work / f"{role}.log", "w")  # noqa: SIM115 (closed when it ends)
+        procs[name] = (subprocess.Popen(
+            worker_cmd(args, role, extra), cwd=REPO, env=env, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        ), log, role)  # fmt: skip
+    gpu_gate.register(work, [p.pid for p, _, _ in procs.values()])
+    out: dict[str, dict] = {}
+    while len(out) < len(procs):
+        for name, (proc, log, role) in procs.items():
+            if name in out or proc.poll() is None:
+                continue
+            log.close()
+            live = [p.pid for n, (p, _, _) in procs.items() if n not in out and n != name]
+            gpu_gate.register(work, [p for p in live if p != proc.pid])
+            gpu_gate.signal_groups(live, signal.SIGCONT)
+            path = work / f"{role}.json"
+            out[name] = (
+                json.loads(path.read_text())
+                if proc.returncode == 0 and path.exists()
+                else {"error": (work / f"{role}.log").read_text()[-4000:]}
+            )
+        time.sleep(0.2)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -724,6 +758,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--no-noskip", action="store_true", help="chat: leave out ours without idle-row skipping"
     )
+    p.add_argument(
+        "--side-by-side", action="store_true",
+        help="throughput: the sides' workers at once, each timing with the others paused",
+    )  # fmt: skip
     p.add_argument("--work", type=Path)
     for key in ("heads", "kv_heads", "inter"):  # throughput shape overrides (default Kimi)
         p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=int)
@@ -770,11 +808,15 @@ def main(argv: list[str] | None = None) -> int:
             if workload == "chat" and not args.no_noskip:
                 sides.append("ours-noskip")
             tp = {}
-            for side in sides:
-                if side == "specforge" and not sf_ok:
-                    tp[side] = {"error": "SpecForge did not import", "probe": report["probe"]}
-                    continue
-                tp[side] = run_worker(args, f"throughput-{side}", ["--workload", workload])
+            if not sf_ok:
+                tp["specforge"] = {"error": "SpecForge did not import", "probe": report["probe"]}
+                sides.remove("specforge")
+            extra = ["--workload", workload]
+            if args.side_by_side:  # start and compile together; each times with the GPU alone
+                tp.update(run_side_by_side(args, {s: f"throughput-{s}" for s in sides}, extra))
+            else:
+                for side in sides:
+                    tp[side] = run_worker(args, f"throughput-{side}", extra)
             if "equal_tokens" in tp["ours"]:  # measured in the same child (chat)
                 tp["ours_equal_tokens"] = tp["ours"].pop("equal_tokens")
             tp["ours_options"] = "the trainer's defaults (eagle3 train with no options)"
