@@ -22,7 +22,7 @@ echo "gpu_trainer_run: chat rc=$? at $(($(date +%s) - t0)) s"
 for g in $(cat "$OUT/chat-work/pgids" 2>/dev/null); do kill -9 -- "-$g" 2>/dev/null; done
 left=$((TOTAL - ($(date +%s) - t0) - 8))
 timeout -k 5 $((left + 15)) python3 bench/bench_long_context.py --part equal --part maxseq \
-  --budget-s "$left" --equal-share "${EQUAL_SHARE:-0.55}" --sf-maxseq-share 0 \
+  --budget-s "$left" --equal-share "${EQUAL_SHARE:-0.6}" --sf-maxseq-share 0 \
   --first-seq "${FIRST_SEQ:-131072}" --ours-ladder "${LADDER:-16384,32768}" --bisect 2 \
   --work "$OUT/lc-work" --out "$OUT/long-context.json" >"$OUT/logs/long-context.log" 2>&1
 echo "gpu_trainer_run: long-context rc=$? at $(($(date +%s) - t0)) s"
