@@ -144,8 +144,10 @@ def _decode_cached(target: Target, drafter, prompt, max_new, steps, eos) -> Deco
     out = [bonus]
     verify = 0
     accepted_at = [0] * steps
+    kept: dict = {}  # the drafter's step-0 keys and values of the verified context
     while len(out) < max_new and out[-1] not in eos:
-        drafts = drafter.draft_chain(aux, torch.tensor(seq + [bonus], device=aux.device), steps)
+        ids = torch.tensor(seq + [bonus], device=aux.device)
+        drafts = _draft(drafter, aux, ids, steps, kept)
         logits, new_aux = target.extend([bonus] + drafts)  # row i: the token after d_i
         verify += 1
         greedy = logits[: steps + 1].argmax(-1).tolist()  # one host sync per verify step
@@ -164,6 +166,16 @@ def _decode_cached(target: Target, drafter, prompt, max_new, steps, eos) -> Deco
             out.append(t)
     target.reset()
     return Decode(out, verify, accepted_at, time.perf_counter() - t0)
+
+
+def _draft(drafter, aux, ids, steps: int, kept: dict) -> list[int]:
+    """The drafter's chain, with its kept step-0 keys when it takes them (Eagle3Drafter; the
+    scripted drafters of tests take none)."""
+    import inspect
+
+    if "cache" in inspect.signature(drafter.draft_chain).parameters:
+        return drafter.draft_chain(aux, ids, steps, cache=kept)
+    return drafter.draft_chain(aux, ids, steps)
 
 
 @torch.no_grad()

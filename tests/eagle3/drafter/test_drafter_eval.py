@@ -177,9 +177,10 @@ def _random_drafter(model):
 
 
 def test_cached_decode_equals_the_full_recompute(tiny_target):
-    """The KV-cached decoder (the default) gives the full-recompute reference's tokens, verify
-    steps and acceptance by position: scripted drafters rejected at every chain position, and
-    a real drafter (random layer, the target's embedding and head)."""
+    """The KV-cached decoder (the default; the drafter keeps its step-0 keys too) gives the
+    full-recompute reference's tokens, verify steps and acceptance by position: scripted
+    drafters rejected at every chain position, and a real drafter (random layer, the target's
+    embedding and head)."""
     model, tok = load_target(tiny_target)
     target = Target(model, [2, 4, 5])
     prompt = load_prompts_from_text(tok)
