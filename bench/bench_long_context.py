@@ -13,7 +13,7 @@ ONE call, `--budget-s` (default 530) for everything, parts in priority order:
   equal_work_4k       one 4,096-token sequence: tokens/s and peak memory of ours (the plain
                       unroll, every memory option off), ours_mid (cast_weights_once +
                       recompute_elementwise + compile_loss: the trainer's defaults),
-                      ours_lean (+ per-step checkpointing and loss recompute) and SpecForge,
+                      ours_lean (+ per-step checkpointing) and SpecForge,
                       with ratios and which set meets issue 27's goal (>= 1.2x SpecForge's
                       tokens/s at <= 0.8x its memory). Children run
                       side by side while they start and compile (SpecForge's compile is the long
