@@ -93,6 +93,8 @@ def sp_forward_backward(
     scales = step_scales(c.step_w, counts, 1)
     terms, losses, args = [], [], []
     head = None
+    p_all = part.p
+    assert p_all is not None  # the teacher's p, freed after the forward below
     with c.autocast:
         casts = unroll_casts(d.midlayer, steps, module.cast_weights_once)
         outs = d.ttt(
@@ -106,7 +108,7 @@ def sp_forward_backward(
             if head is None:  # cast once, the gradient summed in fp32 over the steps
                 head = HeadGrad(d.lm_head.weight, h.dtype, steps)
             term, loss, arg = soft_ce_scaled(
-                h, d.lm_head.weight, part.p[1 + k : 1 + k + m], weights[k][lo : lo + m],
+                h, d.lm_head.weight, p_all[1 + k : 1 + k + m], weights[k][lo : lo + m],
                 scales[k], head, module.loss_chunk, module.compile_loss,
             )  # fmt: skip
             terms.append(term)
@@ -114,7 +116,7 @@ def sp_forward_backward(
             full = torch.full((n - 1 - k,), -1, dtype=torch.long, device=dev)
             full[lo : lo + m] = arg
             args.append(full)
-    part.p = None  # needed in forward only (the fused soft CE)
+    part.p = p_all = None  # needed in forward only (the fused soft CE)
     torch.stack(terms).sum().backward()
     check_handed_over(casts, head)
     mine = StepTargets(st.ids, [w & own for w in st.weight], [v & own for v in st.valid])
