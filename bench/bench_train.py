@@ -1,9 +1,10 @@
 """Bench (a): drafter training throughput, peak memory and MFU for a Kimi-K2.5-shaped drafter.
 
 Synthetic hidden states (no disk): one packed sequence of `--seq` tokens per step, run through
-exactly the trainer's step (`train.forward_backward`: chunked teacher from the target lm_head,
-TTT unroll with the flex kernel, chunked soft CE, backward) plus gradient clipping and the fused
-AdamW step over fp32 masters, bf16 autocast.
+exactly the trainer's step (`train.forward_backward` with the trainer's default options, as
+`eagle3 train` runs it with none: chunked teacher from the target lm_head, TTT unroll with the
+flex kernel, fused lm_head + soft CE, backward) plus gradient clipping and the fused AdamW step
+over fp32 masters, bf16 autocast. `--plain`: every memory option off (the plain unroll).
 
 Default shape (Kimi-K2.5 Llama drafter as in SpecForge's kimi-k25-eagle3.json): hidden 7168,
 64 heads / 64 KV heads (head 112), MLP 18,432, target vocab 163,840, draft vocab 32,000, 3 aux
@@ -137,7 +138,12 @@ def build(args, device):
     from remote_agent.eagle3.distributed import Dist
     from remote_agent.eagle3.drafter.config import DrafterSection, TrainSection
     from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
-    from remote_agent.eagle3.drafter.train import StepContext, TTTStep, compile_layer
+    from remote_agent.eagle3.drafter.train import (
+        StepContext,
+        TTTStep,
+        compile_layer,
+        resolved_options,
+    )
     from remote_agent.eagle3.drafter.ttt_attention import pick_backend
 
     dims = dict(TINY if device == "cpu" else KIMI)
@@ -196,9 +202,13 @@ def build(args, device):
         with torch.no_grad():
             drafter.embed_tokens.weight.copy_(embed)
     tc = TrainSection(ttt_steps=args.ttt, compile=not args.no_compile)
-    step = TTTStep(drafter, tc.ttt_steps, tc.loss_chunk)
+    if getattr(args, "plain", False):  # every memory option off (bench_long_context's sets)
+        step = TTTStep(drafter, tc.ttt_steps, tc.loss_chunk)
+    else:  # what `eagle3 train` runs with no options (train.resolved_options, for_training)
+        cast_once, compiled = resolved_options(tc, 1, torch.device(device).type)
+        step = TTTStep.for_training(drafter, tc, cast_once, compiled)
     if device != "cpu" and tc.compile:
-        compile_layer(drafter, checkpointed=False)  # as the trainer compiles
+        compile_layer(drafter, checkpointed=tc.checkpoint_ttt_steps)  # as the trainer compiles
     params = [p for p in drafter.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.95), fused=device != "cpu")
     autocast = (
@@ -406,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, help="timed steps")
     p.add_argument("--attention", default="auto", choices=("auto", "flex", "chunked", "dense"))
     p.add_argument("--no-compile", action="store_true")
+    p.add_argument("--plain", action="store_true", help="every memory option off (plain unroll)")
     p.add_argument("--peak", type=float, help="reference peak FLOP/s (default: H200 790e12)")
     for key in KIMI:
         p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=int)

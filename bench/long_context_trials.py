@@ -37,17 +37,26 @@ H200_PEAK = 790e12
 # our option sets (TTTStep attributes; train.* keys of the same names, checkpoint_steps =
 # checkpoint_ttt_steps); every one exact (tests/eagle3/drafter/test_drafter_long_memory.py).
 # ours: the plain unroll (TTTStep's own defaults: every option off); ours_mid: the trainer's
-# defaults (train.TrainSection); ours_lean: the longest sequences
+# defaults (train.TrainSection as train.resolved_options applies it on one GPU); ours_lean:
+# the defaults plus per-step checkpointing, for the longest sequences
+
+
+def _defaults() -> dict[str, bool]:
+    from remote_agent.eagle3.drafter.config import TrainSection
+
+    tc = TrainSection()
+    return {
+        "cast_weights_once": tc.cast_weights_once is not False,  # null = on without FSDP
+        "recompute_elementwise": tc.recompute_elementwise,
+        "compile_loss": tc.compile_loss,
+        "checkpoint_steps": tc.checkpoint_ttt_steps,
+    }
+
+
 OPTION_SETS: dict[str, dict[str, bool]] = {
     "ours": {},
-    "ours_mid": {"cast_weights_once": True, "recompute_elementwise": True, "compile_loss": True},
-    "ours_lean": {
-        "checkpoint_steps": True,
-        "loss_recompute": True,
-        "cast_weights_once": True,
-        "recompute_elementwise": True,
-        "compile_loss": True,
-    },
+    "ours_mid": _defaults(),
+    "ours_lean": {**_defaults(), "checkpoint_steps": True},
 }
 # CPU rehearsal (--tiny): lengths past which a trial raises an emulated OOM, so the failure,
 # search and bisection paths run without a GPU
@@ -60,8 +69,9 @@ def shape_args(args) -> argparse.Namespace:
 
     dims = dict(bench_train.TINY if args.tiny else bench_train.KIMI)
     return argparse.Namespace(
-        arch="llama", ttt=args.ttt, attention="auto", no_compile=args.tiny, on_device=True, **dims
-    )
+        arch="llama", ttt=args.ttt, attention="auto", no_compile=args.tiny, on_device=True,
+        plain=True, **dims,
+    )  # fmt: skip
 
 
 def device_batch(config, seq: int, device, lm_head, draft_ids, seed: int = 0):

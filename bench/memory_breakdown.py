@@ -69,8 +69,8 @@ def breakdown(args) -> dict:
         vocab=163840 // s,
         draft_vocab=32000 // s,
     )
-    ns = argparse.Namespace(
-        arch="llama", ttt=args.ttt, attention="chunked", no_compile=True, **dims
+    ns = argparse.Namespace(  # the plain unroll; --options adds to it
+        arch="llama", ttt=args.ttt, attention="chunked", no_compile=True, plain=True, **dims
     )
     drafter, ctx, _params, _opt, config, _ = bench_train.build(ns, "cpu")
     assert config["head_dim"] == 112
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         "--options",
         nargs="*",
         default=[],
-        help="TTTStep flags to set (checkpoint_steps, loss_recompute, ...)",
+        help="TTTStep flags to set (checkpoint_steps, cast_weights_once, ...)",
     )
     p.add_argument("--compile", action="store_true", help="torch.compile pre/post as on the GPU")
     args = p.parse_args(argv)

@@ -69,7 +69,7 @@ def _step(arch, backend, skip, lean, b, lm_head):
     d = _drafter(arch)
     tc = TrainSection(ttt_steps=3, skip_idle_rows=skip, device="cpu")
     w = [tc.step_weight**k for k in range(3)]
-    module = TTTStep(d, 3, 5, checkpoint_steps=lean, loss_recompute=lean)
+    module = TTTStep(d, 3, 5, checkpoint_steps=lean, cast_weights_once=lean)
     ctx = StepContext(
         module, lm_head, d.draft_ids(), d.t2d, 3, w, d.midlayer.self_attn.scale, backend,
         torch.autocast("cpu", enabled=False), False, Dist(), tc,

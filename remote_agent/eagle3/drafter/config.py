@@ -176,8 +176,8 @@ class TrainSection:
     teacher_chunk: int = doc("rows per chunk of the full-vocabulary teacher logits", 1024)
     loss_chunk: int = doc("rows per chunk of the draft-vocabulary soft cross-entropy", 2048)
     loss_recompute: bool = doc(
-        "long sequences: the soft CE keeps no [T, draft vocab] gradient, backward recomputes the "
-        "logits per chunk (exact; one more lm_head matmul)",
+        "no effect (kept so that older configs load): the soft CE is fused with the draft "
+        "lm_head and keeps no [T, draft vocab] tensor and no teacher for backward, always",
         False,
     )
     checkpoint_ttt_steps: bool = doc(

@@ -9,8 +9,11 @@ Per round (topk 1, `steps` draft tokens, draft_tokens = steps + 1 verified at on
        bonus token from the target at the first mismatch (or after the last draft).
 
 Acceptance length = completion tokens / verify steps (SGLang's spec_accept_length; the bonus is
-included, so 1.0 means nothing was accepted). The target is recomputed over the full sequence
-each round (no KV cache): slow but transparent.
+included, so 1.0 means nothing was accepted). The target keeps a KV cache of the verified tokens
+(each verify step runs it on the bonus and drafts only; rejected drafts are cropped off);
+`speculative_decode(..., cached=False)` recomputes the full sequence each round instead (the
+transparent reference; tests/eagle3/drafter/test_drafter_eval.py checks both give the same tokens
+and acceptance).
 
 Losslessness: the output must equal plain greedy decoding of the target. Checked in one forward
 over prompt + output: a sequence is the greedy decode exactly when every token is the argmax of
@@ -52,24 +55,56 @@ class PromptResult:
 
 
 class Target:
-    """The HF target, full forward per call; returns logits and the drafter's aux features."""
+    """The HF target: `target(ids)` is a full forward (logits and the drafter's aux features of
+    every position); `extend(ids)` appends to a KV cache and returns those of the new tokens
+    only, `keep(n)` drops the cache past n tokens (the rejected drafts), `reset()` empties it."""
 
     def __init__(self, model, aux_hidden_ids: list[int]) -> None:
         self.model = model
         self.aux_ids = aux_hidden_ids
         self.device = next(model.parameters()).device
+        self.cache = None
 
-    @torch.no_grad()
-    def __call__(self, ids: list[int]):
-        out = self.model(torch.tensor([ids], device=self.device), output_hidden_states=True)
+    def _outputs(self, out):
         hs = out.hidden_states
         aux = torch.cat([hs[i][0] for i in self.aux_ids], dim=-1)
         return out.logits[0].float(), aux
 
+    @torch.no_grad()
+    def __call__(self, ids: list[int]):
+        out = self.model(torch.tensor([ids], device=self.device), output_hidden_states=True)
+        return self._outputs(out)
+
+    @torch.no_grad()
+    def extend(self, ids: list[int]):
+        if self.cache is None:
+            from transformers import DynamicCache
+
+            self.cache = DynamicCache()
+        out = self.model(
+            torch.tensor([ids], device=self.device), past_key_values=self.cache, use_cache=True,
+            output_hidden_states=True,
+        )  # fmt: skip
+        self.cache = out.past_key_values
+        return self._outputs(out)
+
+    def keep(self, n: int) -> None:
+        self.cache.crop(n)
+
+    def reset(self) -> None:
+        self.cache = None
+
 
 def speculative_decode(
-    target: Target, drafter, prompt: list[int], max_new: int, steps: int, eos: frozenset[int]
-) -> Decode:
+    target: Target, drafter, prompt: list[int], max_new: int, steps: int, eos: frozenset[int],
+    cached: bool = True,
+) -> Decode:  # fmt: skip
+    """The speculative decode of `prompt`; cached: the target's KV cache carries the verified
+    tokens from round to round (each verify step runs the target on the bonus and the drafts
+    only, the rejected drafts are cropped off), else the target recomputes the whole sequence
+    every round (the transparent reference: same tokens and acceptance, tested)."""
+    if cached:
+        return _decode_cached(target, drafter, prompt, max_new, steps, eos)
     t0 = time.perf_counter()
     logits, aux = target(prompt)  # prefill: its greedy token is the first output
     seq = list(prompt)
@@ -98,6 +133,49 @@ def speculative_decode(
                 break
             out.append(t)
     return Decode(out, verify, accepted_at, time.perf_counter() - t0)
+
+
+def _decode_cached(target: Target, drafter, prompt, max_new, steps, eos) -> Decode:
+    t0 = time.perf_counter()
+    target.reset()
+    logits, aux = target.extend(list(prompt))  # prefill: its greedy token is the first output
+    seq = list(prompt)
+    bonus = int(logits[-1].argmax())
+    out = [bonus]
+    verify = 0
+    accepted_at = [0] * steps
+    kept: dict = {}  # the drafter's step-0 keys and values of the verified context
+    while len(out) < max_new and out[-1] not in eos:
+        ids = torch.tensor(seq + [bonus], device=aux.device)
+        drafts = _draft(drafter, aux, ids, steps, kept)
+        logits, new_aux = target.extend([bonus] + drafts)  # row i: the token after d_i
+        verify += 1
+        greedy = logits[: steps + 1].argmax(-1).tolist()  # one host sync per verify step
+        a = 0
+        while a < steps and drafts[a] == greedy[a]:
+            a += 1
+        for k in range(a):
+            accepted_at[k] += 1
+        target.keep(len(seq) + 1 + a)  # bonus and accepted drafts stay, the rest is dropped
+        seq = seq + [bonus] + drafts[:a]
+        aux = torch.cat([aux, new_aux[: 1 + a]])
+        bonus = greedy[a]
+        for t in drafts[:a] + [bonus]:
+            if len(out) >= max_new or out[-1] in eos:
+                break
+            out.append(t)
+    target.reset()
+    return Decode(out, verify, accepted_at, time.perf_counter() - t0)
+
+
+def _draft(drafter, aux, ids, steps: int, kept: dict) -> list[int]:
+    """The drafter's chain, with its kept step-0 keys when it takes them (Eagle3Drafter; the
+    scripted drafters of tests take none)."""
+    import inspect
+
+    if "cache" in inspect.signature(drafter.draft_chain).parameters:
+        return drafter.draft_chain(aux, ids, steps, cache=kept)
+    return drafter.draft_chain(aux, ids, steps)
 
 
 @torch.no_grad()

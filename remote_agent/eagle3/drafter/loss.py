@@ -7,10 +7,11 @@ position whose full-vocabulary argmax is not in the draft vocabulary is dropped 
 never propose that token). Full-vocabulary logits exist only `chunk` rows at a time.
 
 Soft CE: loss_t = -sum_v p_t(v) log softmax(z_t)(v) with z = norm(h) @ W_draft^T, computed per
-row chunk in fp32. The forward also computes the gradient w.r.t. the logits ((softmax - p) *
-weight) and keeps it (compute dtype), so the draft logits are never stored and backward is two
-matmuls per chunk. With `recompute` (long sequences) not even that gradient is kept: backward
-redoes each chunk's logits, so the loss holds nothing of size [N, Vd] but the teacher's p.
+row chunk in fp32. Fused with the draft lm_head (Liger / Cut Cross-Entropy style): the forward
+also computes each chunk's logit gradient ((softmax - p) * weight * scale, the scale in fp32),
+the input gradient and the weight gradient (summed in fp32 over the TTT steps that share the
+head: HeadGrad), so nothing of size [N, Vd] is kept, the teacher's p is not needed in backward
+(the trainer frees it before backward), and backward only hands the kept gradients on.
 """
 
 from __future__ import annotations
@@ -63,7 +64,9 @@ def load_target_tensor(model_dir: Path, key: str, device="cpu", dtype=None) -> t
 
 @dataclass
 class Teacher:
-    p: torch.Tensor  # [N, Vd] fp32 target distribution over the draft vocabulary (renormalised)
+    # [N, Vd] fp32 target distribution over the draft vocabulary (renormalised); None once the
+    # loss forward is done (the fused soft CE needs it in forward only)
+    p: torch.Tensor | None
     argmax: torch.Tensor  # [N] long, full-vocabulary argmax (target ids)
     in_draft: torch.Tensor  # [N] bool, argmax is in the draft vocabulary
 
@@ -91,15 +94,16 @@ def teacher(
     return Teacher(p, arg, t2d[arg])
 
 
-def _chunk_forward(zl: torch.Tensor, pc: torch.Tensor, rw: torch.Tensor, want_grad: bool):
-    """One chunk's (weighted CE sum, argmax, d loss / d z in zl's dtype or None); zl: the
-    chunk's logits as the matmul gave them (compute dtype), widened to fp32 here."""
+def _chunk_forward(zl: torch.Tensor, pc: torch.Tensor, rw: torch.Tensor, scale: torch.Tensor):
+    """One chunk's (weighted CE sum, argmax, scale x d loss / d z in zl's dtype); zl: the
+    chunk's logits as the matmul gave them (compute dtype), widened to fp32 here. The scale
+    (the step's loss weight / valid count) multiplies in fp32 before the one rounding."""
     acc = torch.promote_types(zl.dtype, torch.float32)  # fp32 (fp64 in gradient checks)
     z, pc, rw = zl.to(acc), pc.to(acc), rw.to(acc)
     lse = torch.logsumexp(z, dim=-1)
     # -sum p log softmax(z) = lse - sum p z   (p sums to 1)
     loss = ((lse - (pc * z).sum(-1)) * rw).sum()
-    grad = _grad_logits(z, lse, pc, rw).to(zl.dtype) if want_grad else None
+    grad = (_grad_logits(z, lse, pc, rw) * scale.to(acc)).to(zl.dtype)
     return loss, z.argmax(-1), grad
 
 
@@ -133,53 +137,120 @@ def _chunk_math(compiled: bool):
     return guarded
 
 
+_ADDMM_FP32: dict[str, bool] = {}
+
+
+def mm_into(total: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """total += a @ b with total fp32 and a, b in the compute dtype, accumulated in fp32 by the
+    matmul itself where the device can (CUDA cuBLAS with an fp32 output, beta = 1: Megatron's
+    gradient-accumulation fusion; no [Vd, H] bf16 product, no rounding of it); on the CPU the
+    inputs widened (the same products); a CUDA torch without it: the product in the compute
+    dtype, added in place (memory.add_into)."""
+    if a.dtype == total.dtype:
+        total.addmm_(a, b)
+        return
+    if not total.is_cuda:  # CPU (tests, demo): the same fp32 products, widened first
+        total.addmm_(a.to(total.dtype), b.to(total.dtype))
+    elif _addmm_fp32_works(total.device):
+        torch.addmm(total, a, b, out_dtype=total.dtype, out=total)
+    else:
+        from remote_agent.eagle3.drafter.memory import add_into
+
+        add_into(total, a @ b)
+
+
+def _addmm_fp32_works(device) -> bool:
+    """Once per process: torch's addmm with an fp32 output from bf16 inputs exists here and
+    accumulates (1 + a @ b on a small case), else the fallback."""
+    if "ok" not in _ADDMM_FP32:
+        try:
+            g = torch.Generator(device=device).manual_seed(0)
+            a = torch.randn(64, 32, device=device, generator=g).to(torch.bfloat16)
+            b = torch.randn(32, 48, device=device, generator=g).to(torch.bfloat16)
+            c = torch.ones(64, 48, device=device)
+            torch.addmm(c, a, b, out_dtype=torch.float32, out=c)
+            ref = 1 + a.double() @ b.double()
+            _ADDMM_FP32["ok"] = bool(torch.allclose(c.double(), ref, rtol=1e-5, atol=1e-4))
+        except (RuntimeError, TypeError):
+            _ADDMM_FP32["ok"] = False
+    return _ADDMM_FP32["ok"]
+
+
+class HeadGrad:
+    """The draft lm_head for one unroll of `uses` soft CEs: its copy in the compute dtype, made
+    once and shared (no copy per TTT step), and the fp32 sum of its gradient over the uses,
+    accumulated chunk by chunk in the forward (mm_into) and handed to the master by the last
+    use's backward (its AccumulateGrad: DDP/FSDP hooks fire as usual), like the layer
+    matrices' memory.GradSum. One bf16 rounding per chunk product at most, none per step."""
+
+    def __init__(self, master: torch.Tensor, dtype: torch.dtype, uses: int) -> None:
+        with torch.no_grad():
+            self.low = master.detach().to(dtype)
+        self.master_dtype, self.uses, self.seen = master.dtype, uses, 0
+        acc = torch.promote_types(dtype, torch.float32)
+        self.total = torch.zeros(master.shape, dtype=acc, device=master.device)
+
+    def accumulate(self, g: torch.Tensor, h: torch.Tensor) -> None:
+        mm_into(self.total, g.T, h)
+
+    def hand_over(self, grad_out: torch.Tensor) -> torch.Tensor | None:
+        """The master's gradient at the last use's backward (None before it). The sum was made
+        for an upstream gradient of one (the loss terms are summed into the objective); with
+        one use any upstream gradient scales it."""
+        if self.uses == 1:  # kept: a retained graph may run backward again
+            assert self.total is not None
+            return (self.total * grad_out.to(self.total.dtype)).to(self.master_dtype)
+        # the sum assumes one from every use: checked on the device, without a host sync
+        torch._assert_async(grad_out == 1, "shared lm_head: upstream gradient must be 1")
+        self.seen += 1
+        if self.seen < self.uses:
+            return None
+        total, self.total = self.total, None
+        if total is None:
+            raise RuntimeError("shared lm_head: more backward calls than uses")
+        return total.to(self.master_dtype)
+
+    def unfinished(self) -> bool:
+        return 0 < self.seen < self.uses
+
+
 class _SoftCE(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, h, weight, p, row_weight, chunk, recompute=False, compiled=False):
-        w = weight.to(h.dtype)
-        n = h.shape[0]
-        acc = torch.promote_types(h.dtype, torch.float32)  # fp32 (fp64 in gradient checks)
-        # recompute: keep nothing of size [N, Vd] beyond p; backward redoes the chunk matmul
-        grad_z = None if recompute else torch.empty(n, w.shape[0], dtype=h.dtype, device=h.device)
-        total = torch.zeros((), dtype=acc, device=h.device)
-        arg = torch.empty(n, dtype=torch.long, device=h.device)
-        math = _chunk_math(compiled)
-        for lo in range(0, n, chunk):
-            zl = h[lo : lo + chunk] @ w.T
-            pc, rw = p[lo : lo + chunk], row_weight[lo : lo + chunk]
-            loss, arg_c, grad = math(zl, pc, rw, grad_z is not None)
-            total += loss
-            arg[lo : lo + chunk] = arg_c
-            if grad_z is not None:
-                grad_z[lo : lo + chunk] = grad
-        if recompute:
-            ctx.save_for_backward(h, w, p, row_weight)
-        else:
-            ctx.save_for_backward(h, w, grad_z)
-        ctx.recompute, ctx.chunk = recompute, chunk
-        ctx.weight_dtype = weight.dtype
-        ctx.mark_non_differentiable(arg)
-        return total, arg
+    """Fused draft lm_head + soft CE (Liger / Cut Cross-Entropy style): the forward computes,
+    chunk by chunk, the logits, the loss, the argmax, the logit gradient (scaled in fp32), the
+    input gradient (one matmul) and the weight gradient into the fp32 sum (one matmul), so
+    nothing of size [N, Vd] outlives its chunk, p is not needed in backward, and the FLOPs
+    are those of forward + backward (three matmuls per chunk). Backward returns the kept input
+    gradient (times the upstream gradient: exactly one in training) and the weight sum."""
 
     @staticmethod
-    def backward(ctx, grad_total, _grad_arg):
-        if not ctx.recompute:
-            h, w, grad_z = ctx.saved_tensors
-            g = grad_z * grad_total.to(grad_z.dtype)
-            return g @ w, (g.T @ h).to(ctx.weight_dtype), None, None, None, None, None
-        h, w, p, row_weight = ctx.saved_tensors
-        acc = torch.promote_types(h.dtype, torch.float32)
-        grad_h = torch.empty_like(h)
-        grad_w = torch.zeros(w.shape, dtype=acc, device=w.device)
-        for lo in range(0, h.shape[0], ctx.chunk):
-            hc = h[lo : lo + ctx.chunk]
-            z = (hc @ w.T).to(acc)
-            lse = torch.logsumexp(z, dim=-1)
-            pc, rw = p[lo : lo + ctx.chunk].to(acc), row_weight[lo : lo + ctx.chunk].to(acc)
-            g = (_grad_logits(z, lse, pc, rw) * grad_total.to(acc)).to(h.dtype)
-            grad_h[lo : lo + ctx.chunk] = g @ w
-            grad_w += g.T @ hc
-        return grad_h, grad_w.to(ctx.weight_dtype), None, None, None, None, None
+    def forward(ctx, h, weight, p, row_weight, scale, head: HeadGrad, chunk: int, compiled: bool):
+        with torch.autocast(h.device.type, enabled=False):  # every dtype here is explicit
+            w = head.low
+            n = h.shape[0]
+            acc = torch.promote_types(h.dtype, torch.float32)
+            grad_h = torch.empty_like(h)
+            total = torch.zeros((), dtype=acc, device=h.device)
+            arg = torch.empty(n, dtype=torch.long, device=h.device)
+            math = _chunk_math(compiled)
+            for lo in range(0, n, chunk):
+                hc = h[lo : lo + chunk]
+                zl = hc @ w.T
+                loss, arg_c, g = math(zl, p[lo : lo + chunk], row_weight[lo : lo + chunk], scale)
+                total += loss
+                arg[lo : lo + chunk] = arg_c
+                grad_h[lo : lo + chunk] = g @ w
+                head.accumulate(g, hc)
+        ctx.save_for_backward(grad_h)
+        ctx.head = head
+        ctx.mark_non_differentiable(arg)
+        return total * scale.to(acc), total, arg
+
+    @staticmethod
+    def backward(ctx, grad_scaled, _grad_total, _grad_arg):
+        (grad_h,) = ctx.saved_tensors
+        # times the fp32 upstream gradient (one in training: unchanged), rounded once
+        g_h = grad_h * grad_scaled
+        return g_h, ctx.head.hand_over(grad_scaled), None, None, None, None, None, None
 
 
 def _grad_logits(z, lse, p, rw):
@@ -187,18 +258,53 @@ def _grad_logits(z, lse, p, rw):
     return (torch.exp(z - lse.unsqueeze(-1)) - p) * rw.unsqueeze(-1)
 
 
-def soft_ce(
-    h, weight, p, row_weight, chunk: int = 2048, recompute: bool = False, compiled: bool = False
-):
-    """(sum_t row_weight_t * CE(p_t, softmax(h_t W^T)), draft argmax per row).
+@torch.no_grad()
+def _soft_ce_values(h, w, p, row_weight, chunk: int, compiled: bool):
+    """The loss and argmax alone (no gradient wanted)."""
+    acc = torch.promote_types(h.dtype, torch.float32)
+    w = w.to(h.dtype)
+    total = torch.zeros((), dtype=acc, device=h.device)
+    arg = torch.empty(h.shape[0], dtype=torch.long, device=h.device)
+    one = torch.ones((), dtype=acc, device=h.device)
+    math = _chunk_math(compiled)
+    for lo in range(0, h.shape[0], chunk):
+        loss, arg_c, _ = math(h[lo : lo + chunk] @ w.T, p[lo : lo + chunk],
+                              row_weight[lo : lo + chunk], one)  # fmt: skip
+        total += loss
+        arg[lo : lo + chunk] = arg_c
+    return total, arg
+
+
+def soft_ce_scaled(
+    h, weight, p, row_weight, scale, head: HeadGrad | None = None, chunk: int = 2048,
+    compiled: bool = False,
+):  # fmt: skip
+    """(scale x loss, loss, draft argmax per row), loss = sum_t row_weight_t * CE(p_t,
+    softmax(h_t W^T)); the gradient of scale x loss computed in the forward (_SoftCE).
+
+    scale: a 0-d tensor (fp32), the step's weight over its valid count: it multiplies the
+    logit gradient in fp32 before its one rounding. head: the unroll's shared lm_head
+    (HeadGrad made for all its uses); None = a head of this call alone.
+    """
+    acc = torch.promote_types(h.dtype, torch.float32)
+    scale = torch.as_tensor(scale, dtype=acc, device=h.device)
+    if not (torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)):
+        loss, arg = _soft_ce_values(h, weight, p, row_weight, chunk, compiled)
+        return loss * scale, loss, arg
+    head = head or HeadGrad(weight, h.dtype, 1)
+    return _SoftCE.apply(h, weight, p, row_weight, scale, head, chunk, compiled)
+
+
+def soft_ce(h, weight, p, row_weight, chunk: int = 2048, compiled: bool = False):
+    """(sum_t row_weight_t * CE(p_t, softmax(h_t W^T)), draft argmax per row): the fused soft
+    CE of one call (scale one; any upstream gradient).
 
     h [N, H] (normed hidden), weight [Vd, H] (lm_head), p [N, Vd] fp32, row_weight [N].
-    recompute: backward recomputes the logits chunk by chunk instead of keeping the [N, Vd]
-    logit gradient from the forward (one more matmul per chunk; for long sequences).
     compiled: each chunk's fp32 math (log-sum-exp, CE, argmax, logit gradient) runs as
     torch.compile'd fused kernels (train.compile_loss).
     """
-    return _SoftCE.apply(h, weight, p, row_weight, chunk, recompute, compiled)
+    scaled, _, arg = soft_ce_scaled(h, weight, p, row_weight, 1.0, None, chunk, compiled)
+    return scaled, arg
 
 
 def soft_ce_reference(h, weight, p, row_weight):

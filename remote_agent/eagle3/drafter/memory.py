@@ -116,10 +116,13 @@ def unroll_casts(layer: nn.Module, uses: int, enabled: bool) -> SharedCasts | No
     return SharedCasts(layer, torch.get_autocast_dtype(dev), uses)
 
 
-def check_handed_over(casts: SharedCasts | None) -> None:
+def check_handed_over(casts: SharedCasts | None, head=None) -> None:
     """After backward: every shared matrix's gradient reached its master (a TTT step whose
-    backward never ran would otherwise drop the sum silently)."""
+    backward never ran would otherwise drop the sum silently); head: the shared draft lm_head
+    (loss.HeadGrad) likewise."""
     left = casts.unfinished() if casts is not None else []
+    if head is not None and head.unfinished():
+        left.append("lm_head.weight")
     if left:
         raise RuntimeError(
             f"cast_weights_once: the gradient sums of {', '.join(left)} were not handed to their "

@@ -403,22 +403,38 @@ class Eagle3Drafter(nn.Module):
     # -- inference: one chain of draft tokens --------------------------------------------
 
     @torch.no_grad()
-    def draft_chain(self, aux: torch.Tensor, ids: torch.Tensor, steps: int) -> list[int]:
+    def draft_chain(
+        self, aux: torch.Tensor, ids: torch.Tensor, steps: int, cache: dict | None = None
+    ) -> list[int]:
         """Greedy chain of `steps` draft tokens (target ids) after a verified context.
 
         aux [T, K*Ht]: target aux states of tokens 0..T-1; ids [T+1]: those tokens plus the
         newest (bonus) token. Plain full attention per step: an independent restatement of
         what `ttt` computes, used by the evaluator and to test the TTT kernel.
+
+        cache: the evaluator's per-prompt dict. Position t's step-0 key and value depend only on
+        aux[t] and ids[t+1], which never change once verified (the context only grows), so they
+        are kept and only the new positions run; the chain needs the last query only.
         """
         layer, attn = self.midlayer, self.midlayer.self_attn
         t = aux.shape[0]
         dtype = self.fc.weight.dtype
-        hidden = self.project(aux.to(dtype).unsqueeze(0))
-        positions = torch.arange(t, device=aux.device).unsqueeze(0)
-        q, k0, v0, residual = layer.pre(hidden, self.embed_tokens(ids[1:].unsqueeze(0)), positions)
-        mask = torch.ones(t, t, dtype=torch.bool, device=aux.device).tril()
-        o = _attend(q, k0, v0, attn.scale, mask)
-        out = layer.post(o, residual)[:, -1:]
+        lo = 0 if cache is None else cache.get("n", 0)
+        hidden = self.project(aux[lo:].to(dtype).unsqueeze(0))
+        positions = torch.arange(lo, t, device=aux.device).unsqueeze(0)
+        emb = self.embed_tokens(ids[1 + lo :].unsqueeze(0))
+        q, k0, v0, residual = layer.pre(hidden, emb, positions)
+        if cache is None:
+            mask = torch.ones(t, t, dtype=torch.bool, device=aux.device).tril()
+            o = _attend(q, k0, v0, attn.scale, mask)
+            out = layer.post(o, residual)[:, -1:]
+        else:
+            if lo:
+                k0 = torch.cat([cache["k0"], k0], dim=2)
+                v0 = torch.cat([cache["v0"], v0], dim=2)
+            cache.update(n=t, k0=k0, v0=v0)
+            o = _attend(q[:, :, -1:], k0, v0, attn.scale, None)  # the last query sees all
+            out = layer.post(o, residual[:, -1:])
         keys, values = [k0], [v0]
         drafts: list[int] = []
         for k in range(steps):

@@ -4,7 +4,7 @@ Rank r holds the contiguous positions [offsets[r], offsets[r+1]) of the packed s
 rank count, uneven splits allowed): its aux states, its queries, its step outputs and its share
 of the activations, so per-rank activation memory is O(L / world). The causal part needs the
 step-0 keys and values of every earlier position, so they are all-gathered once per batch
-(autograd-aware: backward sends each rank the gradient of its own keys); the TTT "diagonal"
+(autograd-aware: backward reduce-scatters each rank the gradient of its own keys); the TTT "diagonal"
 keys of steps 1..k are per position and never leave their rank. Per rank this keeps the full
 step-0 K/V (L x kv_heads x d, small next to the activations of seven steps) and computes only
 its own query rows, so the result is exactly the single-rank attention of those rows.
@@ -46,23 +46,27 @@ def split_offsets(n: int, world: int) -> list[int]:
 
 
 class _GatherSeq(torch.autograd.Function):
-    """All-gather of equal-width chunks along dim 2; backward sums the gradient of the whole
-    gathered tensor over ranks (all-reduce, which gloo and NCCL both have) and keeps this
-    rank's chunk."""
+    """All-gather of equal-width chunks along dim 2; backward reduce-scatters the gradient of
+    the whole gathered tensor (each rank receives the sum over ranks of its own chunk: one
+    collective, 1/world of an all-reduce's output)."""
 
     @staticmethod
     def forward(ctx, x, group, rank: int, world: int):
-        parts = [torch.empty_like(x) for _ in range(world)]
-        dist.all_gather(parts, x.contiguous(), group=group)
-        ctx.group, ctx.rank, ctx.width = group, rank, x.shape[2]
-        return torch.cat(parts, dim=2)
+        b, h, m, d = x.shape
+        full = x.new_empty((world * b, h, m, d))  # rank r's chunk at rows r*b (dim 0)
+        dist.all_gather_into_tensor(full, x.contiguous(), group=group)
+        ctx.group, ctx.world = group, world
+        # [world, B, h, m, d] -> [B, h, world * m, d]: rank r's chunk at positions r*m
+        return full.view(world, b, h, m, d).permute(1, 2, 0, 3, 4).reshape(b, h, world * m, d)
 
     @staticmethod
     def backward(ctx, grad):
-        grad = grad.contiguous().clone()  # reduced in place: never autograd's own buffer
-        dist.all_reduce(grad, group=ctx.group)
-        lo = ctx.rank * ctx.width
-        return grad[:, :, lo : lo + ctx.width], None, None, None
+        b, h, n, d = grad.shape
+        m = n // ctx.world
+        parts = grad.reshape(b, h, ctx.world, m, d).permute(2, 0, 1, 3, 4).reshape(-1, h, m, d)
+        out = grad.new_empty((b, h, m, d))
+        dist.reduce_scatter_tensor(out, parts.contiguous(), group=ctx.group)
+        return out, None, None, None
 
 
 def gather_seq(x: torch.Tensor, offsets: list[int], group=None) -> torch.Tensor:
@@ -107,9 +111,17 @@ class SeqParallelAttention:
         self._kv: tuple | None = None  # (k0, v0, gathered k, gathered v): once per batch
 
     def _gathered(self, k: torch.Tensor, v: torch.Tensor):
+        """The step-0 keys and values of every rank: one all-gather per batch. Steps >= 1 pass
+        the same k, v; a per-step checkpoint's recompute of step 0 in backward (new tensors of
+        the same values) reuses the forward's gather instead of a second collective (its
+        gradient flows through the forward's node: checkpointing recomputes only what backward
+        reads)."""
+        recompute = self._kv is not None and torch._C._current_graph_task_id() != -1
+        if recompute and self._kv is not None and self._kv[0].shape == k.shape:
+            return self._kv[2], self._kv[3]
         if self._kv is None or self._kv[0] is not k or self._kv[1] is not v:
-            # one collective for K and V: backward then runs exactly one all-reduce per batch,
-            # so ranks can never pair up different gradients in a different autograd order
+            # one collective for K and V: backward then runs exactly one reduce-scatter per
+            # batch, so ranks can never pair up different gradients in a different order
             kv = gather_seq(torch.cat([k, v.to(k.dtype)], dim=-1), self.offsets, self.group)
             kf, vf = kv.split([k.shape[-1], v.shape[-1]], dim=-1)
             self._kv = (k, v, kf, vf.to(v.dtype))
@@ -137,7 +149,8 @@ def seq_parallel_step(drafter, b, lm_head, steps: int, step_w: list[float], offs
 
     Returns (per-step weighted CE sums over all ranks, valid counts); after it, the parameter
     gradients all-reduced with SUM equal the single-rank step's (ttt_step.forward_backward
-    without idle-row skipping). kw: backend, block, loss_chunk, teacher_chunk, group.
+    without idle-row skipping). kw: backend, block, loss_chunk, teacher_chunk, group,
+    checkpoint (per-step activation checkpointing).
     """
     from contextlib import nullcontext
 
@@ -152,7 +165,8 @@ def seq_parallel_step(drafter, b, lm_head, steps: int, step_w: list[float], offs
         teacher_chunk=kw.get("teacher_chunk", 1024), device="cpu",
     )  # fmt: skip
     ctx = StepContext(
-        TTTStep(drafter, steps, tc.loss_chunk), lm_head, drafter.draft_ids(), drafter.t2d, steps,
+        TTTStep(drafter, steps, tc.loss_chunk, checkpoint_steps=kw.get("checkpoint", False)),
+        lm_head, drafter.draft_ids(), drafter.t2d, steps,
         step_w, drafter.midlayer.self_attn.scale, kw.get("backend", "chunked"), nullcontext(),
         False, Dist(dist.get_rank(group), dist.get_world_size(group)), tc,
     )  # fmt: skip

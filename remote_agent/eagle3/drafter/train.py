@@ -150,10 +150,7 @@ def train(cfg: Config) -> dict[str, Any]:
     check_shared_out(d, out_dir, ckpt.latest(ckpt_dir) if tc.resume == "auto" else None)
     res = train_state.resume(cfg, ckpt_dir, drafter, d)  # weights now, optimizer after wrapping
     global_step = res.global_step
-    step_module = TTTStep(
-        drafter, tc.ttt_steps, tc.loss_chunk, tc.checkpoint_ttt_steps, tc.loss_recompute,
-        cast_once, tc.recompute_elementwise, tc.compile_loss and compiled,
-    )  # fmt: skip
+    step_module = TTTStep.for_training(drafter, tc, cast_once, compiled)
     if compiled:
         compile_layer(drafter, tc.checkpoint_ttt_steps)
     model = step_module if sp else wrap(step_module, d, tc.parallel, bf16)

@@ -16,7 +16,7 @@ from torch import nn
 
 from remote_agent.eagle3.distributed import Dist
 from remote_agent.eagle3.drafter.data import step_targets
-from remote_agent.eagle3.drafter.loss import soft_ce, teacher
+from remote_agent.eagle3.drafter.loss import HeadGrad, soft_ce_scaled, teacher
 from remote_agent.eagle3.drafter.memory import (
     SharedCasts,
     check_handed_over,
@@ -37,23 +37,34 @@ class TTTStep(nn.Module):
         steps: int,
         loss_chunk: int,
         checkpoint_steps: bool = False,
-        loss_recompute: bool = False,
         cast_weights_once: bool = False,
         recompute_elementwise: bool = False,
         compile_loss: bool = False,
     ) -> None:
         super().__init__()
         self.drafter, self.steps, self.loss_chunk = drafter, steps, loss_chunk
-        # long-sequence memory options (exact: same losses and gradients, more compute)
-        self.checkpoint_steps, self.loss_recompute = checkpoint_steps, loss_recompute
+        # long-sequence memory option (exact: same losses and gradients, more compute)
+        self.checkpoint_steps = checkpoint_steps
         # the middle set (memory.py): exact, next to no extra compute
         self.cast_weights_once = cast_weights_once
         self.recompute_elementwise = recompute_elementwise
         self.compile_loss = compile_loss  # the soft CE's chunk math as compiled kernels
         self.casts: SharedCasts | None = None  # the last unroll's (checked after backward)
+        self.head: HeadGrad | None = None  # the last unroll's shared lm_head
 
-    def forward(self, aux, ids, positions, attention, p, weights, plan: RowPlan):
-        """Per TTT step: (weighted CE sum, draft argmax per position; -1 where not computed)."""
+    @classmethod
+    def for_training(cls, drafter: Eagle3Drafter, tc, cast_once: bool, compiled: bool) -> TTTStep:
+        """The step module as `eagle3 train` runs it: TrainSection's options, with
+        cast_weights_once and compile as train.resolved_options resolved them."""
+        return cls(
+            drafter, tc.ttt_steps, tc.loss_chunk, tc.checkpoint_ttt_steps, cast_once,
+            tc.recompute_elementwise, tc.compile_loss and compiled,
+        )  # fmt: skip
+
+    def forward(self, aux, ids, positions, attention, p, weights, plan: RowPlan, scales):
+        """Per TTT step: (scale x weighted CE sum: the objective's terms, weighted CE sum, draft
+        argmax per position; -1 where not computed). scales [steps] fp32: each step's weight
+        over its valid count (times the world size under DDP's mean)."""
         d = self.drafter
         self.casts = unroll_casts(d.midlayer, self.steps, self.cast_weights_once)
         outs = d.ttt(
@@ -61,8 +72,8 @@ class TTTStep(nn.Module):
         )
         norm = partial(recomputed, d.norm) if self.recompute_elementwise else d.norm
         n = aux.shape[1]
-        losses, args = [], []
-        w = None
+        terms, losses, args = [], [], []
+        self.head = None
         for k, out in enumerate(outs):
             pos, idx, m = plan.loss_rows[k], plan.out_index[k], n - 1 - k
             # position t uses the teacher of t+1+k
@@ -71,16 +82,18 @@ class TTTStep(nn.Module):
             else:
                 h = norm(out[0].index_select(0, idx))
                 pk, wk = p.index_select(0, pos + 1 + k), weights[k][pos]
-            if w is None:  # cast the fp32 master once per step, not once per TTT step
-                w = d.lm_head.weight.to(h.dtype)
-            loss_k, arg_k = soft_ce(
-                h, w, pk, wk, self.loss_chunk, self.loss_recompute, self.compile_loss
-            )
+            if self.head is None:  # the lm_head cast once per step and shared by the TTT steps
+                self.head = HeadGrad(d.lm_head.weight, h.dtype, self.steps)
+            term, loss_k, arg_k = soft_ce_scaled(
+                h, d.lm_head.weight, pk, wk, scales[k], self.head, self.loss_chunk,
+                self.compile_loss,
+            )  # fmt: skip
+            terms.append(term)
             losses.append(loss_k)
             if pos is not None:
                 arg_k = torch.full((m,), -1, device=arg_k.device).index_put((pos,), arg_k)
             args.append(arg_k)
-        return losses, args
+        return terms, losses, args
 
 
 @dataclass
@@ -89,8 +102,9 @@ class RowPlan:
 
     rows: positions steps >= 1 run on (None = all). loss_rows[k]: positions whose draft logits
     step k needs (loss weight > 0, or counted by the simulated acceptance; None = all of its
-    n-1-k); out_index[k]: their rows in step k's output. Everything else has zero weight, so the
-    loss, its gradients and the metrics equal those of the full computation.
+    n-1-k; also when all steps run on every position and step k needs more than 1 - MIN_SAVING
+    of its rows); out_index[k]: their rows in step k's output. Everything else has zero
+    weight, so the loss, its gradients and the metrics equal those of the full computation.
     """
 
     rows: torch.Tensor | None
@@ -118,7 +132,14 @@ class RowPlan:
             for c, m in zip(counts, need, strict=True)
         ]
         if n_later > (1 - cls.MIN_SAVING) * n:
-            return cls(None, loss_rows, loss_rows)
+            # every step runs on all positions: a step that needs nearly all of its rows takes
+            # the plain slice (the others carry zero weight: nothing changes) instead of an
+            # index_select copy of its output that the loss norm would keep for backward
+            dense = [
+                None if c > (1 - cls.MIN_SAVING) * m.numel() else r
+                for c, m, r in zip(counts, need, loss_rows, strict=True)
+            ]
+            return cls(None, dense, dense)
         rows = later.nonzero().flatten()
         if rows.numel() == 0:
             rows = rows.new_zeros(1)  # keep one row: every parameter still gets a gradient
@@ -170,6 +191,13 @@ def chain_starts(st, loss_mask: torch.Tensor, depth: int) -> torch.Tensor:
     return valid
 
 
+def step_scales(step_w: list[float], counts: torch.Tensor, world: int) -> torch.Tensor:
+    """[steps] fp32: step k's loss weight over the valid positions of all ranks, times the
+    world size (DDP averages gradients over ranks): the objective is sum_k scale_k x loss_k."""
+    w = torch.tensor(step_w, dtype=torch.float32, device=counts.device)
+    return w * world / counts.float().clamp(min=1)
+
+
 def forward_backward(c: StepContext, b, step: int) -> StepOut:
     """Teacher, TTT unroll, per-step soft CE normalised by valid tokens, backward."""
     tc, n = c.tc, b.input_ids.shape[1]
@@ -199,12 +227,13 @@ def forward_backward(c: StepContext, b, step: int) -> StepOut:
         b.doc, c.scale, c.backend, rows=plan.rows, recompute_merge=merge,
         compile_merge=tc.compile and aux.is_cuda,
     )  # fmt: skip
+    scales = step_scales(c.step_w, counts, c.dist.world)
     with c.autocast:
-        losses, args = c.model(aux, st.ids, b.positions, attention, tch.p, weights, plan)
-    # normalised by the valid tokens of all ranks; DDP averages gradients over ranks
-    world = c.dist.world
-    total = sum(c.step_w[k] * losses[k] * world / counts[k].clamp(min=1) for k in range(c.steps))
-    total.backward()
-    check_handed_over(step_module.casts)
-    step_module.casts = None  # its bf16 copies (1.4 GiB at the Kimi shape) die with the step
+        terms, losses, args = c.model(
+            aux, st.ids, b.positions, attention, tch.p, weights, plan, scales
+        )
+    tch.p = None  # the fused loss needs the teacher in forward only: freed before backward
+    torch.stack(terms).sum().backward()
+    check_handed_over(step_module.casts, step_module.head)
+    step_module.casts = step_module.head = None  # their bf16 copies die with the step
     return StepOut(losses, args, weights, counts, st, tch, sim_valid, plan)

@@ -66,6 +66,7 @@ def test_the_gate_pauses_every_other_worker(tmp_path):
         child.wait()
 
 
+@pytest.mark.timeout(700)  # its own budget is 400 s (the suite's default limit is 300)
 def test_tiny_rehearsal_writes_every_key(tmp_path):
     """The whole one-call run with tiny shapes: every part's keys, ours' figures, the max_seq
     search ending at the emulated OOM (ours_lean past 1,600 tokens) found to 128 tokens."""

@@ -140,3 +140,60 @@ def test_decoding_stops_on_every_end_id_of_the_generation_config(tiny_target, tm
     assert dec.tokens == cut
     assert check_greedy(target, prompt, cut, 12, ids)[0]
     assert not check_greedy(target, prompt, ref, 12, ids)[0]  # continued past an end id
+
+
+class FlakyDrafter(ScriptedDrafter):
+    """Right on most positions, wrong on every `period`-th output token: partial accepts of
+    every length, so the KV cache is cropped at every place a chain can end."""
+
+    def __init__(self, reference, prompt_len, vocab, period: int) -> None:
+        super().__init__(reference, prompt_len, False, vocab)
+        self.period = period
+
+    def draft_chain(self, aux, ids, steps):
+        done = len(ids) - self.prompt_len
+        out = super().draft_chain(aux, ids, steps)
+        return [
+            (t + 1) % self.vocab if (done + i) % self.period == 0 else t for i, t in enumerate(out)
+        ]
+
+
+def _random_drafter(model):
+    from remote_agent.eagle3.drafter.config import DrafterSection
+    from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
+
+    c = model.config
+    cfg = build_config(
+        DrafterSection(arch="llama", num_attention_heads=4, num_key_value_heads=2),
+        target_hidden=c.hidden_size, vocab_size=c.vocab_size, draft_vocab_size=c.vocab_size,
+        aux_layer_ids=[2, 4, 5], target_context=c.max_position_embeddings,
+    )  # fmt: skip
+    d = Eagle3Drafter(cfg)
+    d.init_weights(0.05, torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        d.embed_tokens.weight.copy_(model.get_input_embeddings().weight)
+        d.lm_head.weight.copy_(model.get_output_embeddings().weight)  # some real acceptance
+    return d.eval()
+
+
+def test_cached_decode_equals_the_full_recompute(tiny_target):
+    """The KV-cached decoder (the default; the drafter keeps its step-0 keys too) gives the
+    full-recompute reference's tokens, verify steps and acceptance by position: scripted
+    drafters rejected at every chain position, and a real drafter (random layer, the target's
+    embedding and head)."""
+    model, tok = load_target(tiny_target)
+    target = Target(model, [2, 4, 5])
+    prompt = load_prompts_from_text(tok)
+    ref = greedy(model, prompt, 40, frozenset())
+    drafters = [FlakyDrafter(ref, len(prompt), 2048, p) for p in (2, 3, 5)]
+    drafters.append(_random_drafter(model))
+    seen_partial = set()
+    for dr in drafters:
+        fast = speculative_decode(target, dr, prompt, 40, 3, frozenset())
+        slow = speculative_decode(target, dr, prompt, 40, 3, frozenset(), cached=False)
+        assert fast.tokens == slow.tokens
+        assert (fast.verify_steps, fast.accepted_at) == (slow.verify_steps, slow.accepted_at)
+        assert fast.tokens == ref[: len(fast.tokens)]  # lossless
+        seen_partial.update(fast.accepted_at)
+    assert len(seen_partial) > 2  # several acceptance profiles were exercised
+    assert target.cache is None  # nothing left behind between prompts

@@ -69,7 +69,7 @@ def test_trainer_takes_long_samples_and_reports_progress(
     full = Plan(Path(tiny_inputs["dump"]), Path(tiny_inputs["data"]), 1 << 20)
     budget = full.samples[0][1] // 2  # every sample is twice the budget
     data = {"max_tokens": budget, "long_samples": "alone"}
-    train_s = {"epochs": 1, "checkpoint_ttt_steps": True, "loss_recompute": True}
+    train_s = {"epochs": 1, "checkpoint_ttt_steps": True}
     cfg = config_mod.load(make_config(tmp_path / "c.json", tiny_inputs, data=data, train=train_s))
     result = train(cfg)
     lines = [

@@ -148,3 +148,91 @@ def test_split_training_step_equals_the_single_rank_step(tmp_path: Path, world):
         tol = 1e-6 * float(g.abs().max())
         for r in res:
             torch.testing.assert_close(r["grads"][name], g, rtol=1e-4, atol=tol, msg=name)
+
+
+COLLECTIVES = ("all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce", "all_gather")
+
+
+def _count_collectives(monkeypatch_like: dict) -> dict[str, int]:
+    """Wraps torch.distributed's collectives with counters (the real ones still run)."""
+    import torch.distributed as dist
+
+    counts = dict.fromkeys(COLLECTIVES, 0)
+    for name in COLLECTIVES:
+        real = getattr(dist, name)
+        monkeypatch_like[name] = real
+
+        def counted(*a, _real=real, _name=name, **kw):
+            counts[_name] += 1
+            return _real(*a, **kw)
+
+        setattr(dist, name, counted)
+    return counts
+
+
+def _counted_rank(rank: int, world: int, init: str, out: str, checkpoint: bool) -> None:
+    import torch.distributed as dist
+
+    from remote_agent.eagle3.drafter.seq_parallel import seq_parallel_step
+    from remote_agent.eagle3.drafter.seq_parallel_train import all_reduce_grads
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        drafter, lm_head = _drafter_and_head()
+        b = chat_batch()
+        offsets = split_offsets(b.input_ids.shape[1], world)
+        w = [0.8**k for k in range(STEPS)]
+        saved: dict = {}
+        counts = _count_collectives(saved)
+        seq_parallel_step(drafter, b, lm_head, STEPS, w, offsets, block=8, checkpoint=checkpoint)
+        step_counts = dict(counts)
+        params = [p for p in drafter.parameters() if p.requires_grad]
+        all_reduce_grads(params)
+        for name, real in saved.items():
+            setattr(dist, name, real)
+        grads = {n: p.grad for n, p in drafter.named_parameters() if p.grad is not None}
+        torch.save(
+            {"step": step_counts, "after": dict(counts), "params": len(params), "grads": grads},
+            f"{out}/counted{rank}.pt",
+        )
+    finally:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("checkpoint", [False, True], ids=["plain", "checkpointed"])
+def test_one_gather_and_one_reduce_scatter_per_step(tmp_path: Path, checkpoint):
+    """Per step: one all-gather of the step-0 K/V (also when per-step checkpointing recomputes
+    step 0 in backward), one reduce-scatter of its gradient, two small all-reduces (valid
+    counts; the loss sums of seq_parallel_step), no all-reduce of the gathered gradient; then
+    one in-place all-reduce per parameter gradient (no flat copy). The gradients equal the
+    single-rank step's (2 gloo ranks; no multi-GPU machine was lent to measure NCCL)."""
+    from remote_agent.eagle3.distributed import Dist
+    from remote_agent.eagle3.drafter.config import TrainSection
+    from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep, forward_backward
+
+    world = 2
+    drafter, lm_head = _drafter_and_head()
+    tc = TrainSection(ttt_steps=STEPS, skip_idle_rows=False, device="cpu")
+    w = [0.8**k for k in range(STEPS)]
+    ctx = StepContext(
+        TTTStep(drafter, STEPS, 2048), lm_head, drafter.draft_ids(), drafter.t2d, STEPS, w,
+        drafter.midlayer.self_attn.scale, "chunked", torch.autocast("cpu", enabled=False),
+        False, Dist(), tc,
+    )  # fmt: skip
+    forward_backward(ctx, chat_batch(), 0)
+    init = f"file://{tmp_path}/init"
+    mp.spawn(_counted_rank, args=(world, init, str(tmp_path), checkpoint), nprocs=world)
+    res = [torch.load(tmp_path / f"counted{r}.pt") for r in range(world)]
+    for r in res:
+        assert r["step"] == {
+            "all_gather_into_tensor": 1, "reduce_scatter_tensor": 1, "all_reduce": 2,
+            "all_gather": 0,
+        }, r["step"]  # fmt: skip
+        assert r["after"]["all_reduce"] == 2 + r["params"]
+    grads = {n: p.grad for n, p in drafter.named_parameters() if p.grad is not None}
+    for name, g in grads.items():
+        tol = 1e-6 * float(g.abs().max())
+        for r in res:
+            torch.testing.assert_close(r["grads"][name], g, rtol=1e-4, atol=tol, msg=name)

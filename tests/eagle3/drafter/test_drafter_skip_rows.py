@@ -132,8 +132,15 @@ def test_row_plan_runs_a_subset_only_when_it_saves_enough():
     for w in few_idle[1:]:
         w[:5] = 0  # 5 idle positions: not worth a subset
     plan = RowPlan.build(few_idle, torch.zeros(n, dtype=torch.bool), 0, skip=True)
-    assert plan.rows is None and plan.loss_rows[0] is None
-    assert plan.loss_rows[1].tolist() == list(range(5, n - 2))
+    # nearly every row needed: plain slices (the 5 idle rows carry zero weight), no copies
+    assert plan.rows is None and plan.loss_rows == [None] * steps
+
+    fifth_idle = [w.clone() for w in ones]
+    fifth_idle[0][:5] = 0
+    fifth_idle[2][:20] = 0  # 20 idle rows: that step's loss takes a subset copy
+    plan = RowPlan.build(fifth_idle, torch.zeros(n, dtype=torch.bool), 0, skip=True)
+    assert plan.rows is None and plan.loss_rows[:2] == [None, None]
+    assert plan.loss_rows[2].tolist() == list(range(20, n - 3))
 
     prompt = [w.clone() for w in ones]
     for w in prompt:
