@@ -392,7 +392,7 @@ class ShardWriter:
             return path
         return self._write(path, parts, index)
 
-    def _assemble(self, parts: tuple[list, ...], index: list[list]):
+    def _assemble(self, parts: tuple[list, list, list, list], index: list[list]):
         """The shard's tensors as lists of row blocks (written back to back, never concatenated
         in memory) and its metadata."""
         ids, aux, final, scale = parts
