@@ -100,7 +100,11 @@ def test_glob_brace_bracket_paths_refused_next_to_lookalikes(tmp_path, tally):
                 held = False
             except RunbookError as exc:
                 msg = str(exc)
-                held = "rb.yaml:" in msg and "pattern" in msg and "delete" in msg
+                # a literal pattern is refused where the delete names it; through --set the
+                # path type refuses the glob characters before any step sees the value
+                held = ("rb.yaml:" in msg and "pattern" in msg and "delete" in msg) or (
+                    route == "--set" and msg.startswith("--set old=") and "old is a path" in msg
+                )
         held = held and _tree(work) == before
         tally.trial("glob/brace/bracket delete path", held)
         assert held, (pattern, route)
