@@ -495,19 +495,24 @@ def _check_types(
         if name in overrides:
             refused_set = True
             instead = (
-                f"give a {kind} (e.g. {value_types.TYPES[kind].example})"
+                f"give {_a(kind)} (e.g. {value_types.TYPES[kind].example})"
                 if kind != "enum"
                 else "give one of the choices"
             )
             problems.items.append(
-                f"--set {name}={overrides[name]!r}: {name} is a {kind} ({how}) and {why}; "
+                f"--set {name}={overrides[name]!r}: {name} is {_a(kind)} ({how}) and {why}; "
                 f"{instead}, or, for text with such characters, the runbook must declare "
                 f"`{name}: {{type: text, value: ...}}` and pass it through a step's env"
             )
         elif not (refused_set and values[name] != defaults[name]):  # not just a --set's echo
             src = "" if values[name] == defaults[name] else f" (its value {values[name]!r})"
-            problems.add(("vars", name), f"{name} is a {kind} ({how}){src} and {why}")
+            problems.add(("vars", name), f"{name} is {_a(kind)} ({how}){src} and {why}")
     return types
+
+
+def _a(kind: str) -> str:
+    """`a path`, `an integer`: the type named with its article."""
+    return f"{'an' if kind in ('integer', 'enum') else 'a'} {kind}"
 
 
 def _typed_default(raw: object, resolved: str) -> object:
@@ -529,7 +534,7 @@ def _host_var_types(hosts: Any, types: Mapping[str, str], problems: _Problems) -
             kind = types.get(name) or value_types.infer(value)
             why = value_types.refusal(kind, text)
             if why is not None:
-                problems.add(("hosts", host, "vars", name), f"{name} is a {kind} and {why}")
+                problems.add(("hosts", host, "vars", name), f"{name} is {_a(kind)} and {why}")
             elif out.get(name) != "text":
                 out[name] = kind
     return out

@@ -10,7 +10,7 @@ import pytest
 from remote_agent import check_vocabulary as vocab
 from remote_agent.probes import CHECKS, run_probe
 from runbook import schema
-from runbook.engine.targets import RemovalTarget
+from runbook.engine.targets import DeleteTarget
 from runbook.loader import RunbookError, load_text
 
 
@@ -37,7 +37,7 @@ def test_the_agent_probes_exactly_the_box_checks() -> None:
 
 
 def test_the_engine_derived_guard_is_a_box_check() -> None:
-    assert RemovalTarget("/x", None, set()).check in vocab.DERIVED_CHECKS
+    assert DeleteTarget("/x", None, set()).check in vocab.DERIVED_CHECKS
 
 
 @pytest.mark.parametrize("name", [c for c in vocab.RUNBOOK_CHECKS if c not in vocab.ENGINE_CHECKS])

@@ -117,7 +117,7 @@ def test_text_in_host_connection_settings_is_refused_host_vars_typed():
 def test_host_vars_take_the_runbook_variable_type():
     text = TYPED + "hosts:\n  a: {ssh: a, vars: {n: eight}}\n"
     (msg,) = problems(text)
-    assert msg.startswith("rb.yaml:") and "hosts.a.vars.n: n is a integer" in msg, msg
+    assert msg.startswith("rb.yaml:") and "hosts.a.vars.n: n is an integer" in msg, msg
 
 
 def test_fanout_vars_are_words():
@@ -182,4 +182,7 @@ def test_every_shipped_runbook_loads_with_its_types():
     assert len(paths) >= 8
     for path in paths:
         loaded = load_runbook(path)
-        assert "text" not in {loaded.types[k] for k in loaded.vars}, path
+        # text only where a value must hold template braces (the online stream's `{k}` per
+        # rank), and then the loader lets it reach a command only through env
+        text = {k for k in loaded.vars if loaded.types[k] == "text"}
+        assert text <= {"stream"}, (path, text)
