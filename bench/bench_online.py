@@ -121,6 +121,20 @@ def start_reference(target: Path, stream: str, device: str, log: Path):
     raise SystemExit(f"the reference producer did not come up; see {log}")
 
 
+def with_keys(cfg: dict, target: Path) -> dict:
+    cfg["target"].update(wrapper_keys(target))
+    return cfg
+
+
+def wrapper_keys(target: Path) -> dict:
+    """A multimodal wrapper (Kimi-K2.5's KimiK25ForConditionalGeneration) keeps the text model's
+    lm_head and embeddings under `language_model.`: name them, as the Kimi configs do."""
+    if "text_config" in json.loads((Path(target) / "config.json").read_text()):
+        return {"lm_head_key": "language_model.lm_head.weight",
+                "embed_key": "language_model.model.embed_tokens.weight"}  # fmt: skip
+    return {}
+
+
 def side(train_result: dict, tokens: int, disk: int, extra: dict) -> dict:
     wall = train_result["wall_s"]
     return {
@@ -188,7 +202,7 @@ def main() -> int:
     off_run = work / "offline"
     shutil.rmtree(off_run, ignore_errors=True)
     (work / "offline.json").write_text(
-        json.dumps(compare.config(target, data, off_run, dump, **sections))
+        json.dumps(with_keys(compare.config(target, data, off_run, dump, **sections), target))
     )
     off = child(TRAIN_CHILD, str(work / "offline.json"), log=work / "offline.log")
 
@@ -204,7 +218,7 @@ def main() -> int:
     online = {"server": url, "listen": stream}
     if args.cache_gb:
         online.update(cache_gb=args.cache_gb, cache_dir=str(work / "cache"))
-    cfg = compare.config(target, data, on_run, None, **sections, online=online)
+    cfg = with_keys(compare.config(target, data, on_run, None, **sections, online=online), target)
     (work / "online.json").write_text(json.dumps(cfg))
     try:
         on = child(TRAIN_CHILD, str(work / "online.json"), log=work / "online.log")

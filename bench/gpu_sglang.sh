@@ -7,7 +7,7 @@
 # accept vs the reference decoder, revert + byte check. -> $OUT/sglang-real.json + logs.
 #   run: carry [".whl"], command: bash bench/gpu_sglang.sh          (SIZES=quick for a smoke run;
 #   BUDGET_S=560: staging + runbook stop by then so the report is always written; RESUME=1 on
-#   the still-warm machine continues that run; a step left `lost` reruns only by `--only STEP`)
+#   the still-warm machine continues that run; a step the cut left `lost` is retried on that resume)
 #
 # STAGE (the integrator puts these in .whl/sgl/, one carry), either
 #   .whl/sgl/site.tar.xz         bench/stage_sglang.sh: sglang 0.5.14, its slim kernel, the serving
@@ -145,7 +145,7 @@ if [ $ENGINE -eq 0 ] && [ $RBRC -ne 0 ] && [ $RBRC -ne 124 ]; then
   TRIED=""
   while :; do  # only steps whose requires all succeeded (each engine start costs seconds)
     python3 -m eagle_tui.cli status --state-dir $STATE --json > $OUT/state-now.json 2>/dev/null
-    next=$(python3 bench/gpu_sglang_check.py runnable --state $OUT/state-now.json --runbook $RB --tried "$TRIED" | cut -d' ' -f1)
+    next=$(python3 bench/gpu_sglang_check.py runnable --state $OUT/state-now.json --runbook $RB --tried "$TRIED" ${RESUMING:+--lost} | cut -d' ' -f1)
     [ -z "$next" ] && break
     TRIED="$TRIED $next"; echo "== --only $next" >> $OUT/runbook.log
     run_rb --run latest --only $next || [ $? -ne 124 ] || break

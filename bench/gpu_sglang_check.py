@@ -392,9 +392,11 @@ def _commands(state: Path) -> dict[str, Any]:
     return {sid: rec.get("command") for sid, rec in steps.items() if rec.get("command")}
 
 
-def runnable(state: Path, runbook: Path, tried: set[str]) -> list[str]:
+def runnable(state: Path, runbook: Path, tried: set[str], lost: bool = False) -> list[str]:
     """Steps not yet run whose `requires` all succeeded: what still makes sense after a failure
-    (the script runs them one by one; asking the engine for a blocked step costs a start-up)."""
+    (the script runs them one by one; asking the engine for a blocked step costs a start-up).
+    `lost`: also steps left `lost`, for a resumed call whose predecessor's budget cut them (the
+    2026-12-04 Kimi run lost train-mla that way, and the resume never retried it)."""
     import yaml
 
     data = _load(state)
@@ -407,7 +409,7 @@ def runnable(state: Path, runbook: Path, tried: set[str]) -> list[str]:
     return [
         sid
         for sid, rec in steps.items()
-        if rec.get("status") in ("pending", "blocked")
+        if rec.get("status") in (("pending", "blocked", "lost") if lost else ("pending", "blocked"))
         and sid not in tried
         and all(r in done for r in requires.get(sid, []))
     ]
@@ -544,6 +546,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--state", type=Path, required=True)
     s.add_argument("--runbook", type=Path, default=REPO / "runbooks" / "gpu-sglang-check.yaml")
     s.add_argument("--tried", default="", help="space-separated ids already tried")
+    s.add_argument("--lost", action="store_true", help="also steps left lost (a resumed call)")
     s = sub.add_parser("diag-launch")
     s.add_argument("--state", type=Path, required=True)
     s.add_argument("--step", required=True)
@@ -574,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     if a.cmd == "runnable":
-        print(" ".join(runnable(a.state, a.runbook, set(a.tried.split()))))
+        print(" ".join(runnable(a.state, a.runbook, set(a.tried.split()), a.lost)))
         return 0
     if a.cmd == "diag-launch":
         variants = a.variant or ["hook-off", "no-spec"]

@@ -9,7 +9,7 @@
 set -u
 cd "$(dirname "$0")/.."
 if [ "${SIZES:-}" = quick ]; then
-  EXTRA_SETS="${EXTRA_SETS:-} target_steps=20 per_source=48 prompts=16 draft_steps=20 accept_n=6 accept_tokens=32"
+  EXTRA_SETS="${EXTRA_SETS:-} target_steps=20 per_source=48 prompts=16 draft_steps=20 accept_n=6 accept_tokens=32 min_final_agreement=0"
 fi
 export EXTRA_SETS="${EXTRA_SETS:-}" SIZES=""
 RUNBOOK=runbooks/gpu-sglang-check-kimi.yaml REPORT=sglang-kimi-k25.json REPORT_FLAVOURS=llama,mla \

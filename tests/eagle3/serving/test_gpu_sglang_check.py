@@ -283,6 +283,23 @@ def test_after_a_failure_only_steps_whose_requires_succeeded_run(check, tmp_path
     assert check.runnable(state, RUNBOOK, {"accept-prompts"}) == []
 
 
+def test_a_resumed_call_retries_the_steps_its_predecessor_lost(check, tmp_path):
+    """2026-12-04: call 1's budget cut train-mla (left `lost`); the resumed call must retry it,
+    a first call must not (a lost step there may still be running on the box)."""
+    import yaml
+
+    kimi = REPO / "runbooks" / "gpu-sglang-check-kimi.yaml"
+    ids = [s["id"] for s in yaml.safe_load(kimi.read_text())["steps"]]
+    steps = {sid: {"status": "succeeded"} for sid in ids}
+    steps["train-mla"] = {"status": "lost"}
+    for sid in ("export-mla", "reference-accept-mla"):
+        steps[sid] = {"status": "pending"}
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"steps": steps}))
+    assert check.runnable(state, kimi, set()) == []
+    assert check.runnable(state, kimi, set(), lost=True) == ["train-mla"]
+
+
 def test_diag_launch_relaunches_a_dead_server_by_variant(check, tmp_path):
     """A server step that died is started again from its own `--print` line: hook-off drops the
     dump environment, no-spec the drafter flags, both on another port; a process that exits
