@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+import warnings
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol
+
+# asyncssh 2.24 still names DSA keys, and cryptography >= 46 warns about that on stderr at
+# import: noise in the operator's console (and in one-line refusals), never something to act on.
+warnings.filterwarnings("ignore", message="DSA is deprecated", module=r"asyncssh(\..*)?$")
 
 FINGERPRINT_RE = re.compile(r"SHA256:[A-Za-z0-9+/]{43}=?")  # as `ssh-keygen -l` prints it
 
