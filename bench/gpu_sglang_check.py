@@ -183,14 +183,24 @@ def reference_accept(
         with torch.no_grad():
             draft.embed_tokens.weight.copy_(model.get_input_embeddings().weight.to(tdtype))
     tgt, eos = Target(model, aux), end_ids(Path(target), tok)
-    per, t0 = [], time.time()
+    per, t0, outputs = [], time.time(), []
     for turns in load_prompts(Path(prompts), None):
         text = tok.apply_chat_template(turns[:1], tokenize=False, add_generation_prompt=True)
         prompt = tok(text, add_special_tokens=False)["input_ids"]
         dec = speculative_decode(tgt, draft, prompt, max_new_tokens, steps, eos)
         per.append({"completion_tokens": len(dec.tokens), "spec_verify_ct": dec.verify_steps})
+        outputs.append(dec.tokens)
     out = accept_stats(per)
     out.update(seconds=round(time.time() - t0, 1), device=device, dtype=dtype, steps=steps)
+    # why an accept length is what it is: a drafter can only ever propose draft-vocab tokens
+    in_vocab = draft.t2d.cpu()
+    flat = [t for o in outputs for t in o]
+    out["outputs"] = {
+        "in_draft_vocab": round(sum(bool(in_vocab[t]) for t in flat) / max(len(flat), 1), 4),
+        "distinct_tokens": len(set(flat)),
+        "first": outputs[0][:32] if outputs else [],
+        "first_text": tok.decode(outputs[0][:32]) if outputs else "",
+    }
     return out
 
 
@@ -332,6 +342,7 @@ def kimi_report(work: Path, base: dict[str, Any], flavours: list[str]) -> dict[s
             "serve_context_length": _context_length(info),
             "accept_report": acc,
             "reference_accept_report": rac,
+            "training": _last_metrics(w / f"drafter-run-{f}" / "metrics.jsonl"),
         }
     fsc = vs.get("final_state_check") or {}
     return {
@@ -374,6 +385,23 @@ def kimi_report(work: Path, base: dict[str, Any], flavours: list[str]) -> dict[s
             in ("stubbed_modules", "script_seconds", "wall_seconds", "runbook_exit_code", "run")
         },
     }
+
+
+def _last_metrics(path: Path) -> dict[str, Any] | None:
+    """The trainer's last metrics record (loss, acc_k, simulated accept length): tells a drafter
+    that did not learn from one that learned and is served wrong."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            rec = json.loads(line.split("@@eagle3 ", 1)[-1])
+        except ValueError:
+            continue
+        keep = ("step", "loss", "acc_k", "sim_accept_len", "tokens_per_s", "peak_mem_gb")
+        return {k: rec[k] for k in keep if k in rec}
+    return None
 
 
 def _context_length(info: Any) -> int | None:

@@ -100,6 +100,12 @@ def test_kimi_report_has_every_key_issue_26_asks_for(check, tmp_path):
         (w / f"serve-check-{f}.txt").write_text(f"serving EAGLE3 with drafter-{f}\n")
         (w / f"drafter-{f}").mkdir()
         (w / f"drafter-{f}" / "config.json").write_text(json.dumps({"architectures": [f]}))
+    run = w / "drafter-run-llama"  # the trainer's metrics say whether a drafter learned at all
+    run.mkdir()
+    recs = [
+        {"step": s, "loss": 9.0 - s, "sim_accept_len": 1.0 + s / 10, "lr": 1e-3} for s in (1, 2)
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs) + "{torn")
     state = tmp_path / "state.json"
     state.write_text(json.dumps({"steps": {}}))
     base = check.report(w, state, {"revert_byte_identical": True, "calls": 2})
@@ -113,6 +119,8 @@ def test_kimi_report_has_every_key_issue_26_asks_for(check, tmp_path):
         d = r["drafters"][f]
         assert {"accept_length", "reference_accept_length", "ci95", "serve_check"} <= set(d)
         assert d["agree"] is True and d["serve_check"].startswith("serving EAGLE3")
+    assert r["drafters"]["llama"]["training"] == {"step": 2, "loss": 7.0, "sim_accept_len": 1.2}
+    assert r["drafters"]["mla"]["training"] is None  # no run: said, not invented
     assert r["revert_byte_identical"] is True and r["calls"] == 2
     for key in ("sglang_version", "dumps_vs_reference", "w4a16"):
         assert key in r
