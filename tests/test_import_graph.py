@@ -23,15 +23,6 @@ KNOWN: list[frozenset[str]] = [
     frozenset(  # the tiny target's presets name the Kimi wrapper builder and it reuses theirs
         {"remote_agent/eagle3/tiny.py", "remote_agent/eagle3/tiny_kimi.py"}
     ),
-    frozenset(  # the cockpit: launch and the runs screen reach back into the CLI (phase 2)
-        {
-            "eagle_tui/app/app.py",
-            "eagle_tui/app/launch.py",
-            "eagle_tui/app/screens/main.py",
-            "eagle_tui/app/screens/runs.py",
-            "eagle_tui/cli.py",
-        }
-    ),
     frozenset(  # the dump reader asks the sharding module for a root's shards (lazy, both ways)
         {"remote_agent/eagle3/dense.py", "remote_agent/eagle3/extraction/sharding.py"}
     ),
