@@ -20,6 +20,7 @@ from typing import Any
 from rich.text import Text
 
 from eagle_tui import __version__
+from eagle_tui.present.runs import find_run, pick_run_id, run_status
 from remote_agent.atomic_write import write_atomic
 from runbook import audit as audit_mod
 from runbook import audit_seal
@@ -42,9 +43,7 @@ from runbook.state import (
     RunLocked,
     RunState,
     StateWriteError,
-    choose_run_id,
     default_state_dir,
-    latest_run,
     list_runs,
 )
 from runbook.transports import FINGERPRINT_RE, TransportError, TransportOptions
@@ -60,48 +59,6 @@ def _err(msg: str) -> None:
 
 def _state_dir(args: argparse.Namespace) -> Path:
     return Path(args.state_dir) if args.state_dir else default_state_dir()
-
-
-def find_run(state_dir: Path, ref: str | None) -> RunState:
-    runs = list_runs(state_dir)
-    if not runs:
-        raise LookupError(f"no runs in {state_dir}")
-    if ref is None:
-        return runs[-1]
-    matches = [r for r in runs if r.run_id == ref] or [r for r in runs if r.run_id.startswith(ref)]
-    if len(matches) != 1:
-        raise LookupError(f"{'no' if not matches else 'several'} runs match {ref!r} in {state_dir}")
-    return matches[0]
-
-
-def pick_run_id(state_dir: Path, runbook_name: str, args: argparse.Namespace) -> str:
-    """`--run ID` (a prefix will do) opens that run of this runbook; `--new-run` starts one and
-    warns about older runs whose steps are still running (the new run does not follow them)."""
-    if getattr(args, "run", None) == "latest":  # the latest run, finished or not (`make tui`)
-        prior = latest_run(state_dir, runbook_name)
-        return prior.run_id if prior is not None else choose_run_id(state_dir, runbook_name)
-    if getattr(args, "run", None):
-        try:
-            run = find_run(state_dir, args.run)
-        except LookupError as exc:
-            raise RunbookError([f"--run {args.run}: {exc}"]) from None
-        if run.runbook_name != runbook_name:
-            raise RunbookError(
-                [
-                    f"--run {args.run}: run {run.run_id} is of runbook {run.runbook_name!r}, "
-                    f"not {runbook_name!r}"
-                ]
-            )
-        return run.run_id
-    if args.new_run:
-        for old in list_runs(state_dir, runbook_name):
-            live = [sid for sid, r in old.steps.items() if r.status == RUNNING]
-            if live:
-                _err(
-                    f"warning: run {old.run_id} still has running steps: {', '.join(live)}; "
-                    f"the new run does not follow them (open that run with --run {old.run_id})"
-                )
-    return choose_run_id(state_dir, runbook_name, args.new_run)
 
 
 # ---------------------------------------------------------------------- validate
@@ -390,15 +347,6 @@ def status_exit_code(run: RunState) -> int:
 
 
 # ---------------------------------------------------------------------- runs
-def run_status(run: RunState) -> str:
-    if run.finished:
-        return f"finished (exit {run.exit_code})"
-    counts: dict[str, int] = {}
-    for rec in run.steps.values():
-        counts[rec.status] = counts.get(rec.status, 0) + 1
-    return "unfinished: " + ", ".join(f"{n} {st}" for st, n in counts.items())
-
-
 def cmd_runs(args: argparse.Namespace) -> int:
     """Every run in the state dir, oldest first: id, runbook, started, status, running steps."""
     import datetime

@@ -6,6 +6,10 @@ one edge per import of another product file, lazy (in-function) imports included
 when that file exists, else to pkg itself. A circle is a strongly connected component of more
 than one file. The circles found must be exactly KNOWN: a new one fails, and so does a fixed
 one still listed (remove it here and in docs/ARCHITECTURE.md "Known circles").
+
+Screens and widgets sit below the cockpit app: they reach it through its port
+(`eagle_tui/app/port.py`), never by importing the app, its launcher or the CLI, not even under
+`if TYPE_CHECKING:` (that graph counts typing imports too).
 """
 
 from __future__ import annotations
@@ -22,15 +26,6 @@ PACKAGES = ("runbook", "eagle_tui", "remote_agent")
 KNOWN: list[frozenset[str]] = [
     frozenset(  # the tiny target's presets name the Kimi wrapper builder and it reuses theirs
         {"remote_agent/eagle3/tiny.py", "remote_agent/eagle3/tiny_kimi.py"}
-    ),
-    frozenset(  # the cockpit: launch and the runs screen reach back into the CLI (phase 2)
-        {
-            "eagle_tui/app/app.py",
-            "eagle_tui/app/launch.py",
-            "eagle_tui/app/screens/main.py",
-            "eagle_tui/app/screens/runs.py",
-            "eagle_tui/cli.py",
-        }
     ),
     frozenset(  # the dump reader asks the sharding module for a root's shards (lazy, both ways)
         {"remote_agent/eagle3/dense.py", "remote_agent/eagle3/extraction/sharding.py"}
@@ -65,12 +60,12 @@ def _type_checking_only(test: ast.expr) -> bool:
     )
 
 
-def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+def _imports(tree: ast.AST, typing_too: bool = False) -> list[ast.Import | ast.ImportFrom]:
     found: list[ast.Import | ast.ImportFrom] = []
 
     def walk(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _type_checking_only(child.test):
+            if not typing_too and isinstance(child, ast.If) and _type_checking_only(child.test):
                 for sub in child.orelse:
                     walk(sub)
                 continue
@@ -83,8 +78,9 @@ def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
 
 
 @functools.cache
-def import_graph() -> dict[str, set[str]]:
-    """Repo-relative file -> the product files it imports."""
+def import_graph(typing_too: bool = False) -> dict[str, set[str]]:
+    """Repo-relative file -> the product files it imports (`typing_too`: also those imported
+    under `if TYPE_CHECKING:`)."""
     files = module_files()
     rel = {m: str(p.relative_to(REPO)) for m, p in files.items()}
     graph: dict[str, set[str]] = {f: set() for f in rel.values()}
@@ -92,7 +88,7 @@ def import_graph() -> dict[str, set[str]]:
         is_pkg = path.name == "__init__.py"
         package = mod if is_pkg else mod.rpartition(".")[0]
         me = rel[mod]
-        for node in _imports(ast.parse(path.read_text(), str(path))):
+        for node in _imports(ast.parse(path.read_text(), str(path)), typing_too):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             else:
@@ -157,6 +153,18 @@ def circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
     return out
 
 
+def reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every file `start` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for t in graph[todo.pop()]:
+            if t not in seen:
+                seen.add(t)
+                todo.append(t)
+    return seen
+
+
 def _show(cs: list[frozenset[str]]) -> str:
     return "\n".join("  " + ", ".join(sorted(c)) for c in sorted(cs, key=sorted))
 
@@ -193,3 +201,47 @@ def test_no_import_runs_back_up_the_stack() -> None:
         if t.startswith(above.get(a.split("/")[0], ()))
     ]
     assert not up, "imports running back up the stack:\n" + "\n".join(up)
+
+
+BELOW_THE_APP = ("eagle_tui/app/screens/", "eagle_tui/app/widgets/")
+THE_APP = {"eagle_tui/app/app.py", "eagle_tui/app/launch.py", "eagle_tui/cli.py"}
+# what a file could name the app by without an import statement: a quoted annotation, the
+# class, importlib.import_module's argument
+APP_NAMES = {"CockpitApp", "eagle_tui.app.app", "eagle_tui.app.launch", "eagle_tui.cli"}
+
+
+def _names_the_app(tree: ast.AST) -> bool:
+    for n in ast.walk(tree):
+        if (isinstance(n, ast.Name) and n.id in APP_NAMES) or (
+            isinstance(n, ast.Attribute) and n.attr in APP_NAMES
+        ):
+            return True
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in APP_NAMES:
+            return True
+    return False
+
+
+def test_the_reach_finder_follows_imports() -> None:
+    g = {"a": {"b"}, "b": {"c"}, "c": {"b"}, "d": {"a"}}
+    assert reached(g, "a") == {"b", "c"}
+    assert reached(g, "d") == {"a", "b", "c"}
+    assert _names_the_app(ast.parse("x: 'CockpitApp'"))
+    assert _names_the_app(ast.parse("importlib.import_module('eagle_tui.cli')"))
+    assert not _names_the_app(ast.parse('"""The app (CockpitApp) hands us its port."""'))
+
+
+def test_screens_and_widgets_import_neither_the_app_nor_the_cli() -> None:
+    """Screens get the app's port (eagle_tui/app/port.py), widgets post messages up: none of them
+    imports the app, its launcher or the CLI, through another file, lazily or for typing."""
+    graph = import_graph(typing_too=True)
+    below = sorted(f for f in graph if f.startswith(BELOW_THE_APP))
+    assert "eagle_tui/app/screens/main.py" in below
+    assert "eagle_tui/app/widgets/steps/todo_list.py" in below
+    bad = [
+        f"{f} -> {', '.join(sorted(reached(graph, f) & THE_APP))}"
+        for f in below
+        if reached(graph, f) & THE_APP
+    ]
+    assert not bad, "screens/widgets reaching the app or the CLI (use the port):\n" + "\n".join(bad)
+    named = [f for f in below if _names_the_app(ast.parse((REPO / f).read_text(), f))]
+    assert not named, f"screens/widgets naming the app or the CLI (use the port): {named}"

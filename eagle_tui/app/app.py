@@ -33,13 +33,14 @@ from eagle_tui.app.actions import (
 )
 from eagle_tui.app.messages import message_for
 from eagle_tui.app.palette import READABLE_DARK
+from eagle_tui.app.port import GuardsByPhase
 from eagle_tui.app.quitting import LiveWork, ask_text, live_work
 from eagle_tui.app.reachability import Reachability
 from eagle_tui.app.screens.confirm import ConfirmScreen
 from eagle_tui.app.screens.dialogs import AskScreen, ErrorScreen
 from eagle_tui.app.screens.main import ACTIONS, HELP, MainScreen
 from eagle_tui.app.trust import HostTrust
-from eagle_tui.app.widgets.progress.metrics import StepMetrics, scan_metrics
+from eagle_tui.app.widgets.progress.metrics import Metrics, StepMetrics, scan_metrics
 from runbook import audit as audit_mod
 from runbook.agent_client import AgentError
 from runbook.audit_seal import AuditBreak
@@ -59,7 +60,8 @@ from runbook.events import (
     ProgressUpdate,
 )
 from runbook.plan import ordered_steps
-from runbook.state import RunLocked, StateWriteError, StepRecord
+from runbook.schema import Runbook
+from runbook.state import RunLocked, RunState, StateWriteError, StepRecord, list_runs
 from runbook.transports import TransportError, TransportOptions
 
 OPERATOR_ERRORS = (ValueError, KeyError)  # refused actions (e.g. skipping a running step)
@@ -116,7 +118,7 @@ class CockpitApp(App[int]):
         self.next_run: str | None = None  # the run picker's choice: run_app opens it next
         self.trust = HostTrust(self)  # unknown host keys: ask, then reconnect trusting
         self.actions = EngineActions(self)  # the operator's commands, a composed object
-        self.main = MainScreen()
+        self.main = MainScreen(self)  # its port (eagle_tui/app/port.py) onto this app
         engine.listeners.append(self.engine_listener)
         engine.confirmer = self.confirm
         if keymap:
@@ -169,6 +171,20 @@ class CockpitApp(App[int]):
         config = self.engine.rb.hosts.get(host)
         return getattr(config, "ssh", None) or host
 
+    # ------------------------------------------------------------------ the screen's port
+    # (eagle_tui/app/port.py `Cockpit`, with run_id, export_dir, clock and actions above)
+    @property
+    def runbook(self) -> Runbook:
+        return self.engine.rb  # live: opening may reload it for the re-chosen run
+
+    @property
+    def default_host(self) -> str:
+        return self.engine.default_host
+
+    def runs(self) -> list[RunState]:
+        """This runbook's runs, for the run picker."""
+        return list_runs(self.engine.state_dir, self.engine.rb.name)
+
     def record(self, sid: str) -> StepRecord | None:
         state = self.engine.state
         return state.steps.get(sid) if state is not None else None
@@ -180,6 +196,9 @@ class CockpitApp(App[int]):
     def ask(self, title: str, body: str, answered: Callable[[bool | None], None]) -> None:
         """A yes/no question (no is the default: Escape and n)."""
         self.push_screen(AskScreen(title, body, yes="Yes, continue", no="No"), answered)
+
+    def guards_of(self, sid: str) -> GuardsByPhase:
+        return self.guards.get(sid, {})
 
     def guard_results(self, sid: str) -> list[dict[str, Any]]:
         by_phase = self.guards.get(sid, {})
@@ -193,7 +212,7 @@ class CockpitApp(App[int]):
         return rec.log_mirror_size if rec is not None else None
 
     # ------------------------------------------------------------------ curves
-    def metrics_for(self, sid: str) -> Any:
+    def metrics_for(self, sid: str) -> Metrics | None:
         """The selected step's curves, scanning its mirror (in a thread) the first time."""
         rec = self.record(sid)
         if rec is None or not rec.log_file:

@@ -14,7 +14,7 @@ from eagle_tui.app.app import CockpitApp
 from eagle_tui.app.keymap import load_keymap
 from eagle_tui.app.quitting import farewell, live_work
 from eagle_tui.app.screens.main import ACTIONS
-from eagle_tui.cli import pick_run_id
+from eagle_tui.present.runs import pick_run_id  # shared with the CLI, which imports us
 from runbook.engine import Engine
 from runbook.loader import load_runbook
 from runbook.state import default_state_dir

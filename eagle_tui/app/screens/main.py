@@ -2,14 +2,15 @@
 
 Every action here is a Binding with a stable id (user keymaps override keys by id; the command
 palette lists them). Actions gather the operator's input (selection, reasons, confirmations) and
-hand the work to the app, which drives the engine in workers."""
+hand the work to the app, which drives the engine in workers. The screen reaches the app only
+through its port (`eagle_tui/app/port.py`), given at construction: it never imports the app."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
 from contextlib import suppress
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from textual import on
 from textual.app import ComposeResult
@@ -20,6 +21,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, TabbedContent, TabPane
 
 from eagle_tui.app import messages as msg
+from eagle_tui.app.port import Cockpit, Verbs
 from eagle_tui.app.screens.dialogs import AskScreen, ReasonScreen
 from eagle_tui.app.screens.export import ExportScreen
 from eagle_tui.app.screens.help import HelpScreen
@@ -33,11 +35,6 @@ from eagle_tui.app.widgets.progress.progress import StepProgress
 from eagle_tui.app.widgets.steps.detail import StepDetail
 from eagle_tui.app.widgets.steps.todo_list import TodoList
 from runbook.events import DONE, RUNNING
-from runbook.state import list_runs
-
-if TYPE_CHECKING:
-    from eagle_tui.app.actions import EngineActions
-    from eagle_tui.app.app import CockpitApp
 
 H = TypeVar("H")
 
@@ -110,18 +107,14 @@ class MainScreen(Screen[None]):
         for k, a, d, i in sorted(ACTIONS, key=lambda x: x[1] not in FOOTER_FIRST)
     ]
 
-    def __init__(self) -> None:
+    def __init__(self, cockpit: Cockpit) -> None:
         super().__init__(id="main")
+        self.cockpit = cockpit  # the data shown here (records, guards, metrics, the clock)
         self.selected: str | None = None
         self.follow = True
 
     @property
-    def cockpit(self) -> CockpitApp:
-        """The app, for the data shown here (records, guards, metrics, the clock)."""
-        return self.app  # type: ignore[return-value]
-
-    @property
-    def actions(self) -> EngineActions:
+    def actions(self) -> Verbs:
         """Where the operator's commands go."""
         return self.cockpit.actions
 
@@ -144,9 +137,9 @@ class MainScreen(Screen[None]):
     def on_mount(self) -> None:
         app = self.cockpit
         todo = self.query_one(TodoList)
-        todo.set_steps([(s.id, s.title) for s in app.engine.rb.steps])
-        self.query_one(RunHeader).default_host = app.engine.default_host
-        self.query_one(RunHeader).set_run(app.run_id, app.engine.rb.name, False)
+        todo.set_steps([(s.id, s.title) for s in app.runbook.steps])
+        self.query_one(RunHeader).default_host = app.default_host
+        self.query_one(RunHeader).set_run(app.run_id, app.runbook.name, False)
         self.set_interval(1.0, self._tick, name="durations")
         todo.focus()
 
@@ -156,21 +149,21 @@ class MainScreen(Screen[None]):
         rec = app.record(sid)
         if rec is None:
             return
-        step = app.engine.rb.step(sid)
+        step = app.runbook.step(sid)
         guards = app.guard_results(sid)
         self.query_one(TodoList).update_step(
             sid, step.title, rec, app.clock(), guards, rec.status == RUNNING
         )
         if sid == self.selected:
-            self.query_one(StepDetail).show(step, rec, app.clock(), app.guards.get(sid, {}))
+            self.query_one(StepDetail).show(step, rec, app.clock(), app.guards_of(sid))
 
     def refresh_all(self) -> None:
-        for sid in self.cockpit.engine.rb.step_ids:
+        for sid in self.cockpit.runbook.step_ids:
             self.refresh_step(sid)
 
     def _tick(self) -> None:
         app = self.cockpit
-        for sid in app.engine.rb.step_ids:
+        for sid in app.runbook.step_ids:
             rec = app.record(sid)
             if rec is not None and rec.status == RUNNING:
                 if sid == self.selected:
@@ -254,7 +247,7 @@ class MainScreen(Screen[None]):
     @on(msg.HostStatsArrived)
     @while_mounted
     def _stats(self, m: msg.HostStatsArrived) -> None:
-        if m.event.host == self.cockpit.engine.default_host:
+        if m.event.host == self.cockpit.default_host:
             self.query_one(ResourcesPanel).update_sample(m.event.host, m.event.sample)
 
     @on(msg.ConnectionChanged)
@@ -324,7 +317,7 @@ class MainScreen(Screen[None]):
             if reason:
                 self.actions.skip_step(sid, reason)
 
-        leaves = self.cockpit.engine.rb.step(sid).skipping_leaves
+        leaves = self.cockpit.runbook.step(sid).skipping_leaves
         body = "The reason is written to the audit log."
         if leaves:  # the runbook says what a skip of this step leaves on the box
             body = f"Skipping it leaves {leaves}.\n{body}"
@@ -341,8 +334,7 @@ class MainScreen(Screen[None]):
             if run_id and run_id != app.run_id:
                 app.switch_run(run_id)
 
-        runs = list_runs(app.engine.state_dir, app.engine.rb.name)
-        self.app.push_screen(RunPickerScreen(runs, app.run_id, app.engine.rb.name), done)
+        self.app.push_screen(RunPickerScreen(app.runs(), app.run_id, app.runbook.name), done)
 
     def action_help(self) -> None:
         keymap = self.app._keymap  # the user's keymap, where it rebinds an id

@@ -15,14 +15,9 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label
 
+from eagle_tui.present.runs import run_status  # one wording, shared with `eagle-tui runs`
 from runbook.events import RUNNING
 from runbook.state import RunState
-
-
-def run_status(run: RunState) -> str:
-    from eagle_tui.cli import run_status as status  # one wording, shared with `eagle-tui runs`
-
-    return status(run)
 
 
 class RunPickerScreen(ModalScreen[str | None]):
