@@ -103,14 +103,18 @@ class AgentConnection:
         raise AgentError(err.get("type", "internal"), err.get("message", "unknown error"))
 
     async def close(self) -> None:
-        if self._reader_task:
-            self._reader_task.cancel()
+        try:
+            if self._reader_task:
+                self._reader_task.cancel()
+                try:
+                    await self._reader_task
+                except (asyncio.CancelledError, Exception):
+                    pass
+        finally:  # the channel (the agent's process) is let go however this close ends
             try:
-                await self._reader_task
-            except (asyncio.CancelledError, Exception):
-                pass
-        await self.channel.close()
-        self.closed.set()
+                await self.channel.close()
+            finally:
+                self.closed.set()
 
 
 # state, attempt, message, and the refused host key when that is why it failed
@@ -174,11 +178,19 @@ class HostSession:
         `max_attempts`, None: until it connects or fails permanently)."""
         if self.conn is not None and not self.conn.closed.is_set():
             return self.conn
+        self._refuse_if_closing()
         async with self._connect_lock:
             if self.conn is not None and not self.conn.closed.is_set():
                 return self.conn
+            self._refuse_if_closing()
             self.conn = await self._connect_with_retry(attempts or self.max_attempts)
             return self.conn
+
+    def _refuse_if_closing(self) -> None:
+        """No new connection once close() began: nothing would close it (a follow or a stats
+        loop that sees the agent's goodbye must not start a new agent)."""
+        if self._closing:
+            raise ConnectionLost(f"{self.name}: the session is closed")
 
     async def _connect_once(self) -> AgentConnection:
         channel = await self.transport.open()
@@ -188,6 +200,9 @@ class HostSession:
             hello = await conn.call(
                 "hello", timeout=HELLO_TIMEOUT, protocol=PROTOCOL_VERSION, client=CLIENT_NAME
             )
+        except asyncio.CancelledError:  # e.g. the app ends while opening: let the agent go
+            await conn.close()
+            raise
         except AgentError as exc:
             await conn.close()
             raise TransportError(
@@ -206,6 +221,7 @@ class HostSession:
         try:
             for hook in self.on_connect:
                 await hook(conn)
+            self._refuse_if_closing()  # closed meanwhile: this connection would outlive it
         except BaseException:
             await conn.close()
             raise
@@ -320,11 +336,19 @@ class HostSession:
                         pass
 
     async def close(self) -> None:
+        """Say goodbye to the agent, then let go of the connection and the transport, also
+        when this close is cancelled (the app ending mid-close): a connection or an agent
+        process left open is finalized after its event loop has closed."""
         self._closing = True
-        if self.conn is not None:
+        try:
+            if self.conn is not None:
+                try:
+                    await asyncio.wait_for(self.conn.call("shutdown"), 5)
+                except (AgentError, ConnectionLost, asyncio.TimeoutError, Exception):
+                    pass
+        finally:
             try:
-                await asyncio.wait_for(self.conn.call("shutdown"), 5)
-            except (AgentError, ConnectionLost, asyncio.TimeoutError, Exception):
-                pass
-            await self.conn.close()
-        await self.transport.close()
+                if self.conn is not None:
+                    await self.conn.close()
+            finally:
+                await self.transport.close()

@@ -114,6 +114,7 @@ class CockpitApp(App[int]):
         self.opened = False
         self.closing = False
         self.quit_work: LiveWork | None = None
+        self._engine_closed: asyncio.Future[None] | None = None  # the engine's one close
         self.reachability = Reachability()
         self.next_run: str | None = None  # the run picker's choice: run_app opens it next
         self.trust = HostTrust(self)  # unknown host keys: ask, then reconnect trusting
@@ -418,18 +419,27 @@ class CockpitApp(App[int]):
                 w.cancel()
             if busy:
                 await self.workers.wait_for_complete(busy)
-            await asyncio.wait_for(self.engine.close(), 30)
+            await asyncio.wait_for(asyncio.shield(self._close_engine()), 30)
         finally:
             self.exit(self.exit_code_for_state())
+
+    def _close_engine(self) -> asyncio.Future[None]:
+        """The engine's close, once, as a task of its own: the app's exit cancels every worker,
+        the quit worker too, and a close cut short leaves agents and the run lock open past
+        the loop; on_unmount awaits the same task to its end."""
+        if self._engine_closed is None:
+            self._engine_closed = asyncio.ensure_future(self.engine.close())
+        return self._engine_closed
 
     async def on_unmount(self) -> None:
         # However the app ends (quit action, test harness, error), let go of the agents and the
         # run lock on this loop; the jobs themselves keep running.
-        if not self.engine.closed:
-            try:
-                await asyncio.wait_for(self.engine.close(), 30)
-            except Exception:  # the app is ending: a failed goodbye must not mask the real exit
-                pass
+        if self._engine_closed is None and self.engine.closed:
+            return  # closed by someone else
+        try:
+            await asyncio.wait_for(asyncio.shield(self._close_engine()), 30)
+        except Exception:  # the app is ending: a failed goodbye must not mask the real exit
+            pass
 
     def exit_code_for_state(self) -> int:
         state = self.engine.state

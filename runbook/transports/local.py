@@ -35,12 +35,17 @@ def scrubbed_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k in _KEEP or k.startswith(_KEEP_PREFIXES)}
 
 
+CLOSE_GRACE_S = 5.0  # the agent's own exit after EOF on its stdin, then it is killed
+_KILL_WAITS = 3  # waits of CLOSE_GRACE_S after a kill before giving up on the reap
+
+
 class _ProcessChannel:
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self.proc = proc
         assert proc.stdout is not None and proc.stdin is not None
         self.reader = proc.stdout
         self._stdin = proc.stdin
+        self.reaped = False
 
     def write(self, data: bytes) -> None:
         self._stdin.write(data)
@@ -49,16 +54,48 @@ class _ProcessChannel:
         await self._stdin.drain()
 
     async def close(self) -> None:
+        """Let the agent go and reap it: EOF on its stdin, then its exit (killed after
+        CLOSE_GRACE_S) and the end of both pipes. Neither the process nor a pipe transport may
+        outlive the event loop: their finalizers would run on a closed loop ("Event loop is
+        closed", at worst at interpreter teardown). The exit alone is not enough, it can be known
+        before the pipes have closed. A cancel (the app ending, a timeout around the close) kills
+        the agent and is re-raised once it is reaped. Safe to call again."""
+        try:
+            self._stdin.close()
+        except (BrokenPipeError, ConnectionResetError, RuntimeError):
+            pass
+        cancelled = False
+        for _ in range(1 + _KILL_WAITS):
+            try:
+                await asyncio.wait_for(self._ended(), CLOSE_GRACE_S)
+                self.reaped = True
+                break
+            except asyncio.TimeoutError:
+                pass
+            except asyncio.CancelledError:
+                cancelled = True
+            self._kill()
+        if cancelled:
+            raise asyncio.CancelledError
+
+    async def _ended(self) -> None:
+        """The process has exited and both its pipes are closed (stdout read to its end)."""
+        await self.proc.wait()
+        try:
+            await self._stdin.wait_closed()
+        except OSError:  # it closed with an error (a broken pipe): closed all the same
+            pass
+        try:
+            await self.reader.read()
+        except (OSError, RuntimeError, ValueError):  # lost with an error, or read elsewhere
+            pass
+
+    def _kill(self) -> None:
         if self.proc.returncode is None:
             try:
-                self._stdin.close()
-            except (BrokenPipeError, ConnectionResetError, RuntimeError):
-                pass
-            try:
-                await asyncio.wait_for(self.proc.wait(), 5)
-            except asyncio.TimeoutError:
                 self.proc.kill()
-                await self.proc.wait()
+            except ProcessLookupError:
+                pass
 
 
 class LocalTransport:
@@ -69,7 +106,7 @@ class LocalTransport:
         self.agent_log = agent_log
         self.python = python or sys.executable
         self.endpoint = Endpoint("local", "local")
-        self.processes: list[asyncio.subprocess.Process] = []
+        self.channels: list[_ProcessChannel] = []  # every agent it started, until reaped
 
     async def open(self) -> _ProcessChannel:
         repo_root = str(Path(__file__).resolve().parents[2])
@@ -100,8 +137,13 @@ class LocalTransport:
         finally:
             if not isinstance(stderr, int):  # our log file, not DEVNULL
                 stderr.close()
-        self.processes.append(proc)
-        return _ProcessChannel(proc)
+        channel = _ProcessChannel(proc)
+        self.channels = [c for c in self.channels if not c.reaped] + [channel]
+        return channel
 
     async def close(self) -> None:
-        self.processes = [p for p in self.processes if p.returncode is None]
+        """Reap every agent this transport started and nobody closed (e.g. one whose open was
+        cancelled mid-handshake): none may outlive the loop."""
+        channels, self.channels = self.channels, []
+        # together: a cancel reaches every close, and each reaps its agent before it ends
+        await asyncio.gather(*(c.close() for c in channels), return_exceptions=True)

@@ -1,0 +1,70 @@
+"""A host session leaves no agent behind, however it ends: its close cancelled midway (the app
+exits while the quit closes the engine), its open cancelled mid-handshake, or a caller that
+asks for the connection again after the close (a follow that sees the agent's goodbye).
+
+Each left the local agent running, unreaped, and its transport was finalized after the loop had
+closed: "Event loop is closed" (PytestUnraisableExceptionWarning), at worst a crash at exit."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from runbook.agent_client import ConnectionLost, HostSession
+from runbook.transports.local import LocalTransport
+from tests.support.leaks import recording_agents, run_and_collect, running
+
+
+@pytest.mark.parametrize("ticks", [1, 3, 10])
+def test_a_cancelled_close_still_reaps_the_agent(tmp_path: Path, monkeypatch, ticks: int):
+    started = recording_agents(monkeypatch)
+
+    async def main() -> None:
+        session = HostSession("local", LocalTransport(tmp_path / "spool"))
+        await session.call("ping")
+        closing = asyncio.ensure_future(session.close())
+        for _ in range(ticks):  # into the goodbye (or the wait for the agent's exit)
+            await asyncio.sleep(0)
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        assert running(started) == [], "the cancelled close left the agent running"
+
+    assert run_and_collect(main) == []
+    assert len(started) == 1
+
+
+def test_an_open_cancelled_mid_handshake_leaves_no_agent(tmp_path: Path, monkeypatch):
+    started = recording_agents(monkeypatch)
+
+    async def main() -> None:
+        session = HostSession("local", LocalTransport(tmp_path / "spool"))
+        connecting = asyncio.ensure_future(session.connection())
+        while not started:  # the agent is started; its hello is not answered yet
+            await asyncio.sleep(0)
+        connecting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await connecting
+        await session.close()
+        assert running(started) == [], "the cancelled open left its agent running"
+
+    assert run_and_collect(main) == []
+
+
+def test_no_new_agent_after_the_close(tmp_path: Path, monkeypatch):
+    started = recording_agents(monkeypatch)
+
+    async def main() -> None:
+        session = HostSession("local", LocalTransport(tmp_path / "spool"))
+        await session.call("ping")
+        await session.close()
+        with pytest.raises(ConnectionLost):
+            await session.call("ping")
+        with pytest.raises(ConnectionLost):
+            await session.connection()
+
+    assert run_and_collect(main) == []
+    assert len(started) == 1, "a call after the close started an agent nobody closes"
+    assert running(started) == []
