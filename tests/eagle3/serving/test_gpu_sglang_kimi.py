@@ -103,7 +103,15 @@ def test_kimi_report_has_every_key_issue_26_asks_for(check, tmp_path):
     state = tmp_path / "state.json"
     state.write_text(json.dumps({"steps": {}}))
     base = check.report(w, state, {"revert_byte_identical": True, "calls": 2})
+    assert check.kimi_report(w, base, ["llama"])["online"]["status"] == "not run"
+    side = {"tokens_per_s": 9.0, "disk_bytes_written": 0, "accept_length": 1.2}
+    (w / "online.json").write_text(json.dumps({
+        "online": side, "offline": {**side, "disk_bytes_written": 5},
+        "equal_to_offline": True, "max_abs_diff_final_weights": 0.0,
+        "sglang_version": "0.5.14"}))  # fmt: skip
     r = check.kimi_report(w, base, ["llama", "mla"])
+    assert r["online"]["equal_to_offline"] is True and r["online"]["sglang_version"] == "0.5.14"
+    assert r["online"]["offline"]["disk_bytes_written"] == 5
     assert r["target_architecture"] == "KimiK25ForConditionalGeneration"
     assert r["tokenizer"] == {"kind": "tiktoken", "class": "TikTokenTokenizer",
                               "remote_code": "tokenization_kimi.TikTokenTokenizer"}  # fmt: skip
@@ -116,6 +124,30 @@ def test_kimi_report_has_every_key_issue_26_asks_for(check, tmp_path):
     assert r["revert_byte_identical"] is True and r["calls"] == 2
     for key in ("sglang_version", "dumps_vs_reference", "w4a16"):
         assert key in r
+
+
+def test_online_bench_rides_the_extraction_server():
+    """Issue 30's GPU bench costs no second server start: the extraction server runs in mode
+    both, streams where online-bench listens, and is stopped only after it; its result comes
+    back beside the report (not inside bundle.tgz)."""
+    from runbook.loader import load_runbook
+
+    rb = load_runbook(RUNBOOK, {"work": "/w"}).runbook
+    steps = {s.id: s for s in rb.steps}
+    order = [s.id for s in rb.steps]
+    server = steps["extraction-server"]
+    assert server.env["EAGLE3_DUMP_MODE"] == "both"
+    stream = server.env["EAGLE3_STREAM_ADDR"]
+    bench = steps["online-bench"]
+    assert f"--stream {stream}" in bench.run and "--server http://127.0.0.1:30000" in bench.run
+    assert "--dump /w/sglang-dumps" in bench.run and bench.uses == ["extraction-server"]
+    assert order.index("verify-dumps") < order.index("online-bench")  # checked dump first
+    assert order.index("online-bench") < order.index("stop-extraction-server")
+    assert sum(1 for s in rb.steps if s.service is not None and "extract" in (s.run or "")) == 1
+    assert bench.timeout is not None
+    kimi = (REPO / "bench" / "gpu_sglang_kimi.sh").read_text()
+    assert 'KEEP_FILES="${KEEP_FILES:-online.json}"' in kimi
+    assert "KEEP_FILES" in (REPO / "bench" / "gpu_sglang.sh").read_text()
 
 
 def test_kimi_script_shell_is_sound():
