@@ -152,7 +152,9 @@ def test_online_bench_rides_the_extraction_server():
 
 def test_kimi_script_shell_is_sound():
     script = REPO / "bench" / "gpu_sglang_kimi.sh"
-    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    for sh in (script, REPO / "bench" / "rehearse_kimi_cpu.sh",
+               REPO / "bench" / "gpu_online_sglang.sh"):  # fmt: skip
+        assert subprocess.run(["bash", "-n", str(sh)]).returncode == 0, sh
     text = script.read_text()
     assert "RUNBOOK=runbooks/gpu-sglang-check-kimi.yaml" in text
     assert "REPORT=sglang-kimi-k25.json" in text and "REPORT_FLAVOURS=llama,mla" in text
