@@ -204,7 +204,10 @@ def agree(sglang: dict[str, Any] | None, reference: dict[str, Any] | None) -> di
     )
     within = None
     if s is not None and r is not None and s_ci and r_ci:
-        within = bool(r_ci[0] <= s <= r_ci[1] or s_ci[0] <= r <= s_ci[1])
+        # the bounds are rounded to 4 decimals (accept_stats): a value on its own degenerate
+        # interval (every request alike, e.g. [1.1429, 1.1429] around 1.142857) is inside it
+        tol = 5e-5
+        within = bool(r_ci[0] - tol <= s <= r_ci[1] + tol or s_ci[0] - tol <= r <= s_ci[1] + tol)
     return {
         "sglang": s,
         "reference": r,

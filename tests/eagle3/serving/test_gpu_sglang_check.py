@@ -108,6 +108,12 @@ def test_accept_lengths_agree_within_either_interval(check):
         check.agree(s, {"accept_length": 3.0, "accept_length_ci95": [2.8, 3.2]})["agree"] is False
     )
     assert check.agree(None, r)["agree"] is None
+    # the same value on both sides, intervals rounded to 4 decimals past it (every request
+    # alike: the CPU rehearsal's 2 prompts gave 1.142857 in [1.1429, 1.1429])
+    same = {"accept_length": 8 / 7, "accept_length_ci95": [1.1429, 1.1429]}
+    assert check.agree(same, same)["agree"] is True
+    other = {"accept_length": 1.15, "accept_length_ci95": [1.1495, 1.1505]}
+    assert check.agree(same, other)["agree"] is False
 
 
 def test_report_has_every_key_issue_16_asks_for(check, tmp_path):
