@@ -249,6 +249,9 @@ def main() -> int:
     ap.add_argument("--compile", action="store_true",
                     help="on CUDA: the trainer's compiled layer and flex attention (default: "
                     "eager, chunked attention: a short bench, no minutes of compilation)")  # fmt: skip
+    ap.add_argument("--sweep-only", action="store_true",
+                    help="with --dump: only move the bench's renamed samples (a killed attempt's) "
+                    "out of it into WORK/stale-dump, and exit")  # fmt: skip
     ap.add_argument("--work", type=Path, help="work directory (default: a temporary one)")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "online.json")
     args = ap.parse_args()
@@ -261,6 +264,12 @@ def main() -> int:
 
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-online-"))
     work.mkdir(parents=True, exist_ok=True)
+    if args.sweep_only:  # the runbook's clean-dump step, before the training steps read --dump
+        if args.dump is None:
+            raise SystemExit("--sweep-only needs --dump")
+        swept = compare.take_shards(args.dump, work / "stale-dump", STALE)
+        print(f"{args.dump}: {len(swept)} sample(s) of an earlier bench attempt moved out")
+        return 0
     names: dict[str, str] = {}
     prefix = ""
     if args.server:

@@ -71,6 +71,20 @@ def test_take_shards_moves_only_whole_shards_of_the_bench(tmp_path):
     assert compare.take_shards(tmp_path / "none", tmp_path / "m3", bool) == []
 
 
+def test_sweep_only_moves_a_killed_attempts_samples_out(tmp_path):
+    """The runbook's clean-dump step: what a SIGKILLed bench left in the extraction's dump goes
+    (the training steps after it refuse samples not in their dataset); the rest stays."""
+    dump = _dump(tmp_path / "dump", [["s1", "s2"], ["online1a2b3c-s1"], ["onlinezz-s3"]])
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "bench_online.py"), "--sweep-only",
+         "--dump", str(dump), "--work", str(tmp_path / "w")],
+        env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(DumpReader(dump).ids()) == ["onlinezz-s3", "s1", "s2"]  # not a bench prefix
+    assert DumpReader(tmp_path / "w" / "stale-dump").ids() == ["online1a2b3c-s1"]
+
+
 def test_rows_diff_counts_bit_exact_samples(tmp_path):
     a = _dump(tmp_path / "a", [["x-1", "x-2"]], seed=1)
     b = _dump(tmp_path / "b", [["1", "2"]], seed=1)

@@ -143,6 +143,12 @@ def test_online_bench_rides_the_extraction_server():
     assert "--dump /w/sglang-dumps" in bench.run and bench.uses == ["extraction-server"]
     assert order.index("verify-dumps") < order.index("online-bench")  # checked dump first
     assert order.index("online-bench") < order.index("stop-extraction-server")
+    # a bench killed mid-run (budget cut) cannot move its samples out: clean-dump does, after
+    # the server stopped and before either drafter trains on the dump
+    assert "--sweep-only --dump /w/sglang-dumps" in steps["clean-dump"].run
+    assert steps["clean-dump"].requires == ["stop-extraction-server"]
+    for f in ("mla", "llama"):
+        assert "clean-dump" in steps[f"train-{f}"].requires
     assert sum(1 for s in rb.steps if s.service is not None and "extract" in (s.run or "")) == 1
     assert bench.timeout is not None
     kimi = (REPO / "bench" / "gpu_sglang_kimi.sh").read_text()
