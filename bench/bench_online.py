@@ -308,12 +308,12 @@ def main() -> int:
         train_opts.update(compile=False, attention="chunked")
     sections = {"data": {"max_tokens": args.max_tokens}, "train": train_opts}
 
-    def offline_run(dump_dir: Path) -> dict:
-        run = work / "offline"
+    def offline_run(dump_dir: Path, name: str = "offline") -> dict:
+        run = work / name
         shutil.rmtree(run, ignore_errors=True)
         cfg = with_keys(compare.config(target, data, run, dump_dir, **sections), target)
-        (work / "offline.json").write_text(json.dumps(cfg))
-        return child(TRAIN_CHILD, str(work / "offline.json"), log=work / "offline.log")
+        (work / f"{name}.json").write_text(json.dumps(cfg))
+        return child(TRAIN_CHILD, str(work / f"{name}.json"), log=work / f"{name}.log")
 
     # offline first where the dump exists (the reference); with --server after the online run,
     # whose forwards write it
@@ -364,6 +364,16 @@ def main() -> int:
         compare.final_weights(on_run), compare.final_weights(work / "offline")
     )
     losses_equal = compare.losses(on_run) == compare.losses(work / "offline")
+    repeat = None
+    if diff != 0.0 or not losses_equal:  # the trainer itself, run twice on the same dump: is
+        offline_run(dump, "offline-repeat")  # the difference the stream's or the device's?
+        again = work / "offline-repeat"
+        repeat = {
+            "max_abs_diff_final_weights": compare.max_abs_diff(
+                compare.final_weights(again), compare.final_weights(work / "offline")
+            ),
+            "losses_equal": compare.losses(again) == compare.losses(work / "offline"),
+        }
     result = {
         "bench": "online",
         "what": f"{len(index)} samples x {args.epochs} epochs, max_tokens {args.max_tokens}, "
@@ -397,8 +407,16 @@ def main() -> int:
         "equal_to_offline": diff == 0.0 and losses_equal,
         "max_abs_diff_final_weights": diff,
         "losses_equal": losses_equal,
+        "offline_run_to_run": repeat,  # only when online and offline differ
         "sglang_version": info.get("version") if args.server else "not run",
         "trainer": "eager, chunked attention" if "compile" in train_opts else "default options",
+        "measures": {
+            "tokens_per_s": "trained tokens / the training process's wall time (start-up, and "
+            "online the wait for the producer, included); steady_tokens_per_s: the trainer's own "
+            "median rate after its first step",
+            "accept_length": "simulated chain acceptance (sim_accept_len, 3 steps, topk 1) of "
+            "the last training window; equal weights serve equal acceptance",
+        },
         "machine": describe(device=args.device),
     }
     if args.server:
