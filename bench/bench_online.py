@@ -377,7 +377,7 @@ def main() -> int:
     result = {
         "bench": "online",
         "what": f"{len(index)} samples x {args.epochs} epochs, max_tokens {args.max_tokens}, "
-        f"{'SGLang' if args.server else 'HF reference'} producer, target {target.name}",
+        f"{'SGLang' if args.server else 'HF reference'} producer, target {target}",
         "online": side(
             on,
             tokens,
