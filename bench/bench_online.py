@@ -18,11 +18,17 @@ to bench/results/online.json:
 Run here (CPU, the HF reference producer, the tiny target):
     python3 bench/bench_online.py [--samples 48] [--epochs 2]
 On the GPU box with the reference producer:   --device cuda [--preset gpu]
-With real SGLang (the integrator's run; see docs/RUNBOOKS.md "Online training"): make the
-offline dump with `eagle3 extract --server` against a server started EAGLE3_DUMP_MODE=dense,
-restart it with EAGLE3_DUMP_MODE=stream EAGLE3_STREAM_ADDR=unix:RUN/stream.sock, then
+With real SGLang (the Kimi check, runbooks/gpu-sglang-check-kimi.yaml step online-bench): the
+extraction server runs with EAGLE3_DUMP_MODE=both EAGLE3_STREAM_ADDR=unix:RUN/stream.sock, so
+one server start serves the extraction and this bench:
     python3 bench/bench_online.py --device cuda --server http://127.0.0.1:30000 \
-        --dump DUMP --dataset DATA.jsonl --target MODEL --stream unix:RUN/stream.sock
+        --stream unix:RUN/stream.sock --dump DUMP --dataset DATA.jsonl --target MODEL
+Here the first --samples records of DATA are renamed (a fresh id prefix), streamed to the
+online trainer and, by the same forwards, dumped by the server (mode both); the offline trainer
+trains from the shards the server wrote for them, moved out of DUMP (which is left as the
+extraction made it). Same forwards, same bytes: equal_to_offline must hold bit for bit. The
+rows are also compared with the extraction's own dump of the same samples
+(`sglang_rows_vs_extraction`: does the server's batching change them?).
 """
 
 from __future__ import annotations
@@ -30,7 +36,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -39,6 +47,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+STALE = re.compile(r"online[0-9a-f]{6}-").match  # the renamed ids of any earlier attempt
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
@@ -48,6 +57,8 @@ ENV = {
     **os.environ,
     "PYTHONPATH": str(REPO),
     "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+    # cuBLAS reproducible run to run (both trainers must be equal bit for bit on the GPU too)
+    "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG", ":4096:8"),
 }
 
 TRAIN_CHILD = r"""
@@ -55,6 +66,8 @@ import json, resource, sys, time, torch
 from remote_agent.eagle3.drafter import config as cm
 from remote_agent.eagle3.drafter.train import train
 cfg = cm.from_dict(json.load(open(sys.argv[1])))
+if cfg.train.device != "cpu":  # deterministic kernels where torch has them (warn elsewhere)
+    torch.use_deterministic_algorithms(True, warn_only=True)
 t0 = time.perf_counter()
 result = train(cfg)
 result["wall_s"] = time.perf_counter() - t0
@@ -97,9 +110,23 @@ def free_port() -> int:
 
 
 def server_info(url: str) -> dict:
-    from remote_agent.eagle3.http_client import HttpClient
+    """/server_info (SGLang 0.5.23, the reference producer), else /get_server_info (0.5.14)."""
+    from remote_agent.eagle3.extraction.server import Http
+    from remote_agent.eagle3.extraction.server import server_info as read
 
-    return HttpClient(url, 30).get("/server_info")
+    return read(Http(url, timeout=30))
+
+
+def producer_memory(info: dict) -> dict:
+    """What the producer says of its memory: the reference's peaks, SGLang's memory_usage."""
+    out = {k: info[k] for k in ("max_rss_bytes", "cuda_max_memory_allocated") if k in info}
+    states = info.get("internal_states")
+    first = states[0] if isinstance(states, list) and states else None
+    if isinstance(first, dict) and "memory_usage" in first:
+        out["sglang_memory_usage_gb"] = first["memory_usage"]
+    if "mem_fraction_static" in info:
+        out["mem_fraction_static"] = info["mem_fraction_static"]
+    return out
 
 
 def start_reference(target: Path, stream: str, device: str, log: Path):
@@ -135,10 +162,23 @@ def wrapper_keys(target: Path) -> dict:
     return {}
 
 
-def side(train_result: dict, tokens: int, disk: int, extra: dict) -> dict:
+def steady_tokens_per_s(run_dir: Path) -> float | None:
+    """The trainer's own rate after its first step (start-up and compilation left out)."""
+    import statistics
+
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return None
+    rates = [json.loads(x).get("tokens_per_s") for x in path.read_text().splitlines()[1:] if x]
+    rates = [r for r in rates if r]
+    return round(statistics.median(rates), 1) if rates else None
+
+
+def side(train_result: dict, tokens: int, disk: int, run_dir: Path, extra: dict) -> dict:
     wall = train_result["wall_s"]
     return {
         "tokens_per_s": round(tokens / wall, 1),
+        "steady_tokens_per_s": steady_tokens_per_s(run_dir),
         "train_wall_s": round(wall, 2),
         "disk_bytes_written": disk,
         "accept_length": train_result.get("sim_accept_len"),
@@ -152,8 +192,41 @@ def side(train_result: dict, tokens: int, disk: int, extra: dict) -> dict:
     }
 
 
+def same_forward_dump(args, work: Path, url: str, expected: set[str], names: dict[str, str],
+                      prefix: str, strict: bool = True) -> tuple[Path, int, dict]:  # fmt: skip
+    """After the online run: seal the server's buffered shard, wait for the streamed samples'
+    shards, and move them out of --dump into work/dump (the offline trainer's dump), whatever
+    happened: --dump is left as the extraction made it. Returns (dump, its shard bytes, the rows
+    compared with the extraction's own dump of the same samples). strict=False (the online run
+    failed): a short wait, then move what is there."""
+    from remote_agent.eagle3.online import compare
+
+    missing = expected
+    try:
+        compare.flush_dump(url, args.rid_prefix, 1)
+        missing = compare.wait_dumped(args.dump, expected, args.dump_wait_s if strict else 10)
+    finally:
+        dump = work / "dump"
+        shutil.rmtree(dump, ignore_errors=True)
+        moved = compare.take_shards(args.dump, dump, lambda i: i.startswith(prefix))
+    if missing and strict:
+        hint = (
+            "start it with EAGLE3_DUMP_MODE=both (dense and stream) and "
+            f"EAGLE3_DUMP_DIR={args.dump}"
+            if len(missing) == len(expected)
+            else "see its log"
+        )
+        raise SystemExit(
+            f"the server at {url} dumped {len(expected) - len(missing)} of the "
+            f"{len(expected)} streamed samples within {args.dump_wait_s:g}s ({hint}); "
+            f"missing e.g. {sorted(missing)[:3]}"
+        )
+    rows = compare.rows_diff(dump, args.dump, {m: names[m] for m in moved if m in names})
+    return dump, tree_bytes(dump / "shards"), rows
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument(
         "--preset", default="ci", help="tiny target preset (remote_agent/eagle3/tiny.py)"
@@ -162,24 +235,57 @@ def main() -> int:
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--cache-gb", type=float, default=0.0, help="online disk cache ring")
-    ap.add_argument("--server", help="a patched SGLang in stream mode (default: the reference)")
+    ap.add_argument("--server", help="a patched SGLang in EAGLE3_DUMP_MODE=both (default: the "
+                    "HF reference producer)")  # fmt: skip
     ap.add_argument("--stream", help="with --server: the EAGLE3_STREAM_ADDR it was started with")
-    ap.add_argument("--dump", type=Path, help="with --server: its offline dump of --dataset")
+    ap.add_argument("--dump", type=Path, help="with --server: its EAGLE3_DUMP_DIR")
     ap.add_argument("--dataset", type=Path, help="with --server: the dataset (JSONL)")
     ap.add_argument("--target", type=Path, help="with --server: the model it serves")
+    ap.add_argument("--rid-prefix", default="dump-", help="with --server: its dump rid prefix")
+    ap.add_argument("--dump-wait-s", type=float, default=120.0)
+    ap.add_argument("--producer-wait-s", type=float, default=180.0,
+                    help="online trainer: give up after this long without a sample (a server's "
+                    "first forwards may compile kernels)")  # fmt: skip
+    ap.add_argument("--compile", action="store_true",
+                    help="on CUDA: the trainer's compiled layer and flex attention (default: "
+                    "eager, chunked attention: a short bench, no minutes of compilation)")  # fmt: skip
+    ap.add_argument("--sweep-only", action="store_true",
+                    help="with --dump: only move the bench's renamed samples (a killed attempt's) "
+                    "out of it into WORK/stale-dump, and exit")  # fmt: skip
     ap.add_argument("--work", type=Path, help="work directory (default: a temporary one)")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "online.json")
     args = ap.parse_args()
+    # a step timeout's SIGTERM unwinds (the finally below leaves --dump as it was)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+    import uuid
 
     from remote_agent.eagle3.online import compare
 
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-online-"))
     work.mkdir(parents=True, exist_ok=True)
+    if args.sweep_only:  # the runbook's clean-dump step, before the training steps read --dump
+        if args.dump is None:
+            raise SystemExit("--sweep-only needs --dump")
+        swept = compare.take_shards(args.dump, work / "stale-dump", STALE)
+        print(f"{args.dump}: {len(swept)} sample(s) of an earlier bench attempt moved out")
+        return 0
+    names: dict[str, str] = {}
+    prefix = ""
     if args.server:
         if not (args.dump and args.dataset and args.target and args.stream):
             raise SystemExit("--server needs --dump, --dataset, --target and --stream")
-        target, data, dump = args.target, args.dataset, args.dump
-        extraction = {"wall_s": None, "note": "made beforehand with eagle3 extract --server"}
+        target = args.target
+        # shards a killed earlier attempt left in the server's dump go (they would fail the
+        # training steps that read it next: samples not in their dataset)
+        compare.take_shards(args.dump, work / "stale-dump", STALE)
+        # a fresh prefix per attempt: the server remembers every id it dumped (a rerun of the
+        # same ids would be skipped as duplicates, and stream with no dump behind it)
+        prefix = f"online{uuid.uuid4().hex[:6]}-"
+        data = work / "data.jsonl"
+        names = compare.renamed_subset(args.dataset, data, args.samples, prefix)
+        dump = None  # the server writes it during the online run
+        extraction: dict = {"wall_s": None}
     else:
         from remote_agent.eagle3.tiny import ensure_tiny
 
@@ -192,19 +298,26 @@ def main() -> int:
         extraction = child(DUMP_CHILD, str(target), str(data), str(dump), args.device,
                            log=work / "extract.log")  # fmt: skip
     from remote_agent.eagle3.data.records import DatasetIndex
+    from remote_agent.eagle3.drafter import config as config_mod
+    from remote_agent.eagle3.drafter.data import is_holdout
 
     index = DatasetIndex.open(data)
     tokens = sum(min(index.length(s), args.max_tokens) for s in index.ids()) * args.epochs
-    sections = {"data": {"max_tokens": args.max_tokens},
-                "train": {"epochs": args.epochs, "device": args.device}}  # fmt: skip
+    train_opts: dict = {"epochs": args.epochs, "device": args.device}
+    if args.device != "cpu" and not args.compile:
+        train_opts.update(compile=False, attention="chunked")
+    sections = {"data": {"max_tokens": args.max_tokens}, "train": train_opts}
 
-    # offline: train from the dump
-    off_run = work / "offline"
-    shutil.rmtree(off_run, ignore_errors=True)
-    (work / "offline.json").write_text(
-        json.dumps(with_keys(compare.config(target, data, off_run, dump, **sections), target))
-    )
-    off = child(TRAIN_CHILD, str(work / "offline.json"), log=work / "offline.log")
+    def offline_run(dump_dir: Path, name: str = "offline") -> dict:
+        run = work / name
+        shutil.rmtree(run, ignore_errors=True)
+        cfg = with_keys(compare.config(target, data, run, dump_dir, **sections), target)
+        (work / f"{name}.json").write_text(json.dumps(cfg))
+        return child(TRAIN_CHILD, str(work / f"{name}.json"), log=work / f"{name}.log")
+
+    # offline first where the dump exists (the reference); with --server after the online run,
+    # whose forwards write it
+    off = offline_run(dump) if dump is not None else None
 
     # online: the producer streams while the trainer trains
     on_run = work / "online"
@@ -215,63 +328,115 @@ def main() -> int:
         url = args.server
     else:
         producer, url = start_reference(target, stream, args.device, work / "producer.log")
-    online = {"server": url, "listen": stream}
+    # a producer that never connects fails the bench in minutes, not the trainer's 15 (default)
+    online = {"server": url, "listen": stream, "rid_prefix": args.rid_prefix,
+              "producer_wait_s": args.producer_wait_s, "sample_timeout_s": 60.0}  # fmt: skip
     if args.cache_gb:
         online.update(cache_gb=args.cache_gb, cache_dir=str(work / "cache"))
     cfg = with_keys(compare.config(target, data, on_run, None, **sections, online=online), target)
     (work / "online.json").write_text(json.dumps(cfg))
+    holdout = config_mod.from_dict(cfg).data.holdout_fraction
+    expected = {  # what the online trainer asks the server for (OnlinePlan's samples)
+        i for i in index.ids() if index.length(i) >= 3 and not is_holdout(i, holdout)
+    }
+    rows: dict | None = None
+    dump_bytes, ok = 0, False
     try:
         on = child(TRAIN_CHILD, str(work / "online.json"), log=work / "online.log")
         info = server_info(url)
+        ok = True
     finally:
         if producer is not None:
             producer.terminate()
             producer.wait(30)
-    peak = {k: info[k] for k in ("max_rss_bytes", "cuda_max_memory_allocated") if k in info}
+        if args.server:  # always: --dump must be left as the extraction made it
+            dump, dump_bytes, rows = same_forward_dump(
+                args, work, url, expected, names, prefix, strict=ok
+            )
+    assert dump is not None
+    if off is None:
+        off = offline_run(dump)
+    else:
+        dump_bytes = tree_bytes(dump)
     stats = json.loads((on_run / "online-stats.json").read_text())
 
-    diff = compare.max_abs_diff(compare.final_weights(on_run), compare.final_weights(off_run))
-    losses_equal = compare.losses(on_run) == compare.losses(off_run)
-    dump_bytes = tree_bytes(dump)
+    diff = compare.max_abs_diff(
+        compare.final_weights(on_run), compare.final_weights(work / "offline")
+    )
+    losses_equal = compare.losses(on_run) == compare.losses(work / "offline")
+    repeat = None
+    if diff != 0.0 or not losses_equal:  # the trainer itself, run twice on the same dump: is
+        offline_run(dump, "offline-repeat")  # the difference the stream's or the device's?
+        again = work / "offline-repeat"
+        repeat = {
+            "max_abs_diff_final_weights": compare.max_abs_diff(
+                compare.final_weights(again), compare.final_weights(work / "offline")
+            ),
+            "losses_equal": compare.losses(again) == compare.losses(work / "offline"),
+        }
     result = {
         "bench": "online",
-        "what": f"{args.samples} samples x {args.epochs} epochs, max_tokens {args.max_tokens}, "
-        f"{'SGLang' if args.server else 'HF reference'} producer, tiny target {target.name}",
+        "what": f"{len(index)} samples x {args.epochs} epochs, max_tokens {args.max_tokens}, "
+        f"{'SGLang' if args.server else 'HF reference'} producer, target {target}",
         "online": side(
             on,
             tokens,
             stats.get("cache_bytes_written", 0),
+            on_run,
             {
                 "end_to_end_s": round(on["wall_s"], 2),
-                "producer_memory": peak,
+                "producer_memory": producer_memory(info),
                 "stream": stats,
             },
-        ),  # fmt: skip
+        ),
         "offline": side(
             off,
             tokens,
             dump_bytes,
+            work / "offline",
             {
-                "end_to_end_s": round(off["wall_s"] + (extraction.get("wall_s") or 0), 2),
+                "end_to_end_s": (
+                    round(off["wall_s"] + extraction["wall_s"], 2)
+                    if extraction.get("wall_s")
+                    else None
+                ),
                 "extraction_wall_s": extraction.get("wall_s"),
                 "extractor_memory": {"max_rss_bytes": extraction.get("max_rss_bytes")},
             },
-        ),  # fmt: skip
+        ),
         "equal_to_offline": diff == 0.0 and losses_equal,
         "max_abs_diff_final_weights": diff,
         "losses_equal": losses_equal,
-        "sglang_version": (server_info(url).get("version") if args.server else "not run"),
+        "offline_run_to_run": repeat,  # only when online and offline differ
+        "sglang_version": info.get("version") if args.server else "not run",
+        "trainer": "eager, chunked attention" if "compile" in train_opts else "default options",
+        "measures": {
+            "tokens_per_s": "trained tokens / the training process's wall time (start-up, and "
+            "online the wait for the producer, included); steady_tokens_per_s: the trainer's own "
+            "median rate after its first step",
+            "accept_length": "simulated chain acceptance (sim_accept_len, 3 steps, topk 1) of "
+            "the last training window; equal weights serve equal acceptance",
+        },
         "machine": describe(device=args.device),
     }
+    if args.server:
+        result["offline_dump"] = (
+            "written by the server from the same forwards that fed the stream "
+            "(EAGLE3_DUMP_MODE=both); its extraction time is the producer's, inside the online run"
+        )
+        result["sglang_rows_vs_extraction"] = rows
+        result["sglang_server"] = {k: info.get(k) for k in ("model_path", "tp_size",
+                                   "speculative_algorithm", "attention_backend")}  # fmt: skip
     print(json.dumps({k: result[k] for k in ("online", "offline")}, indent=1))
     print(
         f"online {result['online']['tokens_per_s']} tok/s, 0+{result['online']['disk_bytes_written']} B "
         f"on disk | offline {result['offline']['tokens_per_s']} tok/s, {dump_bytes} B dumped | "
-        f"equal_to_offline {result['equal_to_offline']} (max abs diff {diff})"
+        f"equal_to_offline {result['equal_to_offline']} (max abs diff {diff}) | "
+        f"sglang {result['sglang_version']}"
     )
     save_result(args.out, result)
     print(f"wrote {args.out}")
-    return 0
+    return 0 if result["equal_to_offline"] or not args.server else 1
 
 
 if __name__ == "__main__":

@@ -19,7 +19,11 @@
 #   .whl/sgl/wheels/*.whl        SGLang's pure-python deps and eagle-tui's for the headless runbook
 #                                engine: rich markdown-it-py mdurl pygments (pydantic, pyyaml)
 #   RUNBOOK / REPORT: another check on the same staging (bench/gpu_sglang_kimi.sh: the Kimi-K2.5
-#   wrapper, runbooks/gpu-sglang-check-kimi.yaml -> sglang-kimi-k25.json)
+#   wrapper, runbooks/gpu-sglang-check-kimi.yaml -> sglang-kimi-k25.json); KEEP_FILES: more of
+#   $WORK's results returned beside the report instead of inside bundle.tgz (e.g. online.json)
+#   SGLANG_STANDIN=1: the CPU rehearsal (bench/rehearse_kimi_cpu.sh): $SITE already holds a
+#   stand-in SGLang (bench/sglang_standin.py behind the real deepseek_v2.py): it is kept, and
+#   neither the stub probe nor the flashinfer warm-up runs
 set -u
 cd "$(dirname "$0")/.."
 RB=${RUNBOOK:-runbooks/gpu-sglang-check.yaml}; REPORT_NAME=${REPORT:-sglang-real.json}
@@ -40,6 +44,8 @@ stage_start staging
 # site, the work and the run state, and continue that run (`--run latest`) where it stopped
 if [ "${RESUME:-}" = 1 ] && [ -d $STATE/runs ] && [ -f $S/sglang/version.py ]; then
   RESUMING=1; rm -rf $ST; mkdir -p $ST $BIN
+elif [ "${SGLANG_STANDIN:-}" = 1 ]; then  # the rehearsal's site: staged by its caller
+  RESUMING=""; rm -rf $ST $WORK $STATE; mkdir -p $ST $BIN
 else
   RESUMING=""; rm -rf $S $ST $WORK $STATE; mkdir -p $S $ST $BIN
 fi
@@ -48,6 +54,8 @@ mkdir -p $STATE; echo "$(date +%s)" >> $STATE/calls  # device calls this run too
 export PATH=$BIN:$PATH
 if [ -n "$RESUMING" ]; then
   FIRST=""; echo "resuming: staged site kept" > $OUT/staging.log
+elif [ "${SGLANG_STANDIN:-}" = 1 ]; then
+  FIRST=$S:; echo "stand-in SGLang site $S (CPU rehearsal)" > $OUT/staging.log
 elif [ -f $W/site.tar.xz ]; then
   tar xJf $W/site.tar.xz -C $S; FIRST=""; echo "staged site.tar.xz" > $OUT/staging.log
 else
@@ -97,6 +105,7 @@ for m in IPython IPython.display jsonschema soundfile; do  # (IPython.display: f
   printf 'def __getattr__(n):\n    if n.startswith("__"): raise AttributeError(n)\n    return type(n, (), {"__init__": lambda s,*a,**k: None, "__call__": lambda s,*a,**k: None})\n' > $d/__init__.py
 done
 for i in $(seq 30); do  # optional modules not carried are stubbed and listed in the results
+  [ "${SGLANG_STANDIN:-}" = 1 ] && break  # a stand-in imports nothing optional
   err=$(EAGLE3_SGLANG_SHIMS=1 python3 -c "import sglang.srt.models.deepseek_v2, sglang.srt.entrypoints.http_server, sglang.srt.models.llama_eagle3" 2>&1 | grep -oE "No module named '[^']+'" | head -1 | sed "s/No module named '//; s/'//")
   [ -z "$err" ] && break
   STUBS="$STUBS $err"; d=$ST/mods/$(echo $err | tr . /); mkdir -p $d
@@ -107,7 +116,7 @@ python3 -c "import eagle_tui.cli" > $OUT/engine-import.log 2>&1; ENGINE=$?
 # flashinfer compiles its kernels on first use (nvcc + ninja of the image): build the two the
 # servers need (RMSNorm, DeepSeek's fused top-k routing) while the target trains; a server that
 # gets there first waits on flashinfer's build lock instead of failing
-( EAGLE3_SGLANG_SHIMS=1 timeout 400 python3 -c "
+[ "${SGLANG_STANDIN:-}" = 1 ] || ( EAGLE3_SGLANG_SHIMS=1 timeout 400 python3 -c "
 import time; t = time.time()
 from flashinfer.norm import get_norm_module; get_norm_module(); print('norm', round(time.time() - t, 1), flush=True)
 from flashinfer.fused_moe.fused_routing_dsv3 import get_dsv3_fused_routing_module
@@ -209,8 +218,8 @@ for sid, rec in steps.items():
         except OSError as exc:
             print(exc)
 PY
-( cd $OUT && tar czf bundle.tgz --warning=no-file-changed --exclude=bundle.tgz \
-    --exclude=$REPORT_NAME --exclude=runbook.log . ; [ $? -le 1 ] \
-  && find . -mindepth 1 -maxdepth 1 ! -name bundle.tgz ! -name $REPORT_NAME ! -name runbook.log \
+KEEP=(bundle.tgz $REPORT_NAME runbook.log ${KEEP_FILES:-})
+( cd $OUT && tar czf bundle.tgz --warning=no-file-changed "${KEEP[@]/#/--exclude=}" . ; [ $? -le 1 ] \
+  && find . -mindepth 1 -maxdepth 1 $(printf '! -name %s ' "${KEEP[@]}") \
      -exec rm -rf {} + )
 echo "total $(( $(date +%s) - t0 ))s"

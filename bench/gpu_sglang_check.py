@@ -214,7 +214,10 @@ def agree(sglang: dict[str, Any] | None, reference: dict[str, Any] | None) -> di
     )
     within = None
     if s is not None and r is not None and s_ci and r_ci:
-        within = bool(r_ci[0] <= s <= r_ci[1] or s_ci[0] <= r <= s_ci[1])
+        # the bounds are rounded to 4 decimals (accept_stats): a value on its own degenerate
+        # interval (every request alike, e.g. [1.1429, 1.1429] around 1.142857) is inside it
+        tol = 5e-5
+        within = bool(r_ci[0] - tol <= s <= r_ci[1] + tol or s_ci[0] - tol <= r <= s_ci[1] + tol)
     return {
         "sglang": s,
         "reference": r,
@@ -267,7 +270,8 @@ def report(work: Path, state: Path, extra: dict) -> dict:
     accept = _load(w / "accept.json")
     ref = _load(w / "reference-accept.json")
     res: dict[str, Any] = {
-        "sglang_version": extra.get("sglang_version", "0.5.14"),
+        # what the extraction server said it is (/server_info), never assumed
+        "sglang_version": info.get("version") or extra.get("sglang_version") or "not recorded",
         "target_context_length": _context_length(info),
         "serve_context_length": _context_length(serve_info),
         "dumps_vs_reference": _load(w / "dumps-vs-reference.json"),
@@ -372,6 +376,7 @@ def kimi_report(work: Path, base: dict[str, Any], flavours: list[str]) -> dict[s
             "vs_data": verify.get("final_state"),
         },
         "drafters": drafters,
+        "online": online_summary(w / "online.json"),
         "revert_byte_identical": base.get("revert_byte_identical"),
         "calls": base.get("calls"),
         "w4a16": W4A16_NOTE,
@@ -402,6 +407,23 @@ def _last_metrics(path: Path) -> dict[str, Any] | None:
         keep = ("step", "loss", "acc_k", "sim_accept_len", "tokens_per_s", "peak_mem_gb")
         return {k: rec[k] for k in keep if k in rec}
     return None
+
+
+def online_summary(path: Path) -> dict[str, Any]:
+    """issue 30's figures from the online bench's own file (bench_online.py, step online-bench),
+    which travels beside this report as online.json."""
+    r = _load(path)
+    if not r or "error" in r:
+        return {"status": "not run", **({"error": r["error"]} if "error" in r else {})}
+    keys = ("tokens_per_s", "steady_tokens_per_s", "disk_bytes_written", "accept_length")
+    return {
+        "online": {k: (r.get("online") or {}).get(k) for k in keys},
+        "offline": {k: (r.get("offline") or {}).get(k) for k in keys},
+        "equal_to_offline": r.get("equal_to_offline"),
+        "max_abs_diff_final_weights": r.get("max_abs_diff_final_weights"),
+        "sglang_version": r.get("sglang_version"),
+        "sglang_rows_vs_extraction": r.get("sglang_rows_vs_extraction"),
+    }
 
 
 def _context_length(info: Any) -> int | None:

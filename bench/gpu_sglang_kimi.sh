@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 26 on one H200: the whole real-SGLang 0.5.14 check through Kimi-K2.5's own wrapper class
 # (runbooks/gpu-sglang-check-kimi.yaml: tiny KimiK25ForConditionalGeneration + tiktoken remote-code
-# tokenizer, final-state check, Llama and MLA drafters) -> $OUT/sglang-kimi-k25.json + bundle.tgz.
+# tokenizer, final-state check, Llama and MLA drafters) -> $OUT/sglang-kimi-k25.json + bundle.tgz,
+# and issue 30's online bench on the same extraction server (step online-bench) -> $OUT/online.json.
 # Same staging, budget, RESUME=1 and per-step fallback as bench/gpu_sglang.sh (which this runs):
 #   run: carry [".whl"], command: bash bench/gpu_sglang_kimi.sh
 #   a call cut by the device's 10 minutes: RESUME=1 bash bench/gpu_sglang_kimi.sh on the warm machine
@@ -13,4 +14,4 @@ if [ "${SIZES:-}" = quick ]; then
 fi
 export EXTRA_SETS="${EXTRA_SETS:-}" SIZES=""
 RUNBOOK=runbooks/gpu-sglang-check-kimi.yaml REPORT=sglang-kimi-k25.json REPORT_FLAVOURS=llama,mla \
-  exec bash bench/gpu_sglang.sh
+  KEEP_FILES="${KEEP_FILES:-online.json}" exec bash bench/gpu_sglang.sh

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +15,17 @@ from typing import Any
 def write_dataset(path: Path, lengths: list[int], vocab: int, seed: int = 0) -> Path:
     """A merged-dataset JSONL + manifest of random token ids (loss on the second half)."""
     rng = random.Random(seed)
-    lines = []
+    records = []
     for i, n in enumerate(lengths):
         ids = [rng.randrange(11, vocab) for _ in range(n)]
         mask = [0] * (n // 2) + [1] * (n - n // 2)
-        rec = {"id": f"s{i:05d}", "source": "bench", "input_ids": ids, "loss_mask": mask}
-        lines.append(json.dumps(rec, separators=(",", ":")))
+        records.append({"id": f"s{i:05d}", "source": "bench", "input_ids": ids, "loss_mask": mask})
+    return write_records(path, records)
+
+
+def write_records(path: Path, records: list[dict[str, Any]]) -> Path:
+    """Records (id, source, input_ids, loss_mask, ...) as a merged-dataset JSONL + manifest."""
+    lines = [json.dumps(rec, separators=(",", ":")) for rec in records]
     data = ("\n".join(lines) + "\n").encode()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
@@ -28,8 +34,8 @@ def write_dataset(path: Path, lengths: list[int], vocab: int, seed: int = 0) -> 
         "version": 1,
         "file": path.name,
         "sha256": hashlib.sha256(data).hexdigest(),
-        "records": len(lengths),
-        "tokens": sum(lengths),
+        "records": len(records),
+        "tokens": sum(len(r["input_ids"]) for r in records),
     }
     path.with_name(path.name.removesuffix(".jsonl") + ".manifest.json").write_text(
         json.dumps(manifest)
@@ -95,3 +101,116 @@ def max_abs_diff(a: dict[str, Any], b: dict[str, Any]) -> float:
     if set(a) != set(b):
         raise ValueError(f"different tensors: {sorted(set(a) ^ set(b))}")
     return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+
+
+# ---- the same forwards, dumped and streamed (a server in EAGLE3_DUMP_MODE=both) ----
+#
+# A real SGLang's rows for a sample can depend on the batch it shared (kernels chosen by batch
+# size), so training offline from an earlier extraction is not training on the bytes the stream
+# carried. A server in mode `both` writes every streamed sample to its dump as well: the bench
+# renames the samples it trains on (a fresh id prefix: the server's dump has the originals
+# already, and would skip them as duplicates), streams them to the online trainer, then takes
+# the shards the server wrote for them as the offline dump. Same forwards, so online training
+# must equal offline training bit for bit.
+
+
+def renamed_subset(dataset: Path, out: Path, n: int, prefix: str) -> dict[str, str]:
+    """The first `n` records of `dataset` under ids `prefix + id`, written to `out` (JSONL +
+    manifest); returns {new id: original id}."""
+    records: list[dict[str, Any]] = []
+    with open(dataset, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                records.append(json.loads(line))
+            if len(records) >= n:
+                break
+    names = {}
+    for rec in records:
+        names[prefix + str(rec["id"])] = str(rec["id"])
+        rec["id"] = prefix + str(rec["id"])
+    write_records(out, records)
+    return names
+
+
+def flush_dump(url: str, rid_prefix: str, token: int) -> None:
+    """Ask the hook to seal what it buffers now (a control request, as the extract client's)."""
+    import uuid
+
+    from remote_agent.eagle3.extraction.client import FLUSH, generate_body
+    from remote_agent.eagle3.http_client import HttpClient
+
+    rid = rid_prefix + FLUSH + uuid.uuid4().hex[:12]
+    HttpClient(url, 120).post("/generate", generate_body(rid, [token]))
+
+
+def wait_dumped(dump: Path, ids: set[str], timeout_s: float) -> set[str]:
+    """Wait until every id is in a sealed shard of `dump`; returns those still missing."""
+    import time
+
+    from remote_agent.eagle3.dense import DumpReader
+
+    reader = DumpReader(dump)
+    end = time.monotonic() + timeout_s
+    while True:
+        missing = ids - set(reader.ids())
+        if not missing or time.monotonic() > end:
+            return missing
+        time.sleep(0.5)
+        reader.refresh()
+
+
+def take_shards(dump: Path, dest: Path, owned: Callable[[str], object]) -> list[str]:
+    """Move every shard of `dump` whose samples all satisfy `owned(id)` into `dest` (a dump of
+    its own: meta.json copied), leaving `dump` as it was before they were written. A shard that
+    mixes owned and other samples is refused (it would take the others along). Returns the ids
+    moved."""
+    import shutil
+
+    from remote_agent.eagle3.dense import DumpReader
+
+    moved: list[str] = []
+    if not (dump / "meta.json").is_file():  # nothing dumped there yet
+        return moved
+    (dest / "shards").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(dump / "meta.json", dest / "meta.json")
+    for shard in sorted((dump / "shards").glob("r*.safetensors")):
+        if ".tmp." in shard.name:
+            continue
+        ids = [str(e[0]) for e in DumpReader.shard_index(shard)]
+        mine = [owned(i) for i in ids]
+        if not any(mine):
+            continue
+        if not all(mine):
+            raise RuntimeError(f"{shard}: mixes the bench's samples with others; not moved")
+        target = dest / "shards" / shard.name
+        while target.exists():  # a shard of an earlier attempt with the same name
+            target = target.with_name("x" + target.name)
+        shutil.move(str(shard), str(target))
+        moved += ids
+    return moved
+
+
+def rows_diff(a: Path, b: Path, pairs: dict[str, str]) -> dict[str, Any]:
+    """Rows of the same samples in two dumps (`pairs`: id in a -> id in b): how many are bit
+    identical, and the largest difference per tensor (what the server's batching changed)."""
+    import torch
+
+    from remote_agent.eagle3.dense import DumpReader
+
+    ra, rb = DumpReader(a), DumpReader(b)
+    out: dict[str, Any] = {"samples": 0, "bit_exact": 0, "max_abs_diff": {}}
+    for ia, ib in pairs.items():
+        if ia not in ra or ib not in rb:
+            continue
+        x, y = ra.get(ia), rb.get(ib)
+        same = True
+        for key in ("input_ids", "aux", "final"):
+            if x[key].shape != y[key].shape:
+                raise ValueError(f"{ia} vs {ib}: {key} shapes {x[key].shape} != {y[key].shape}")
+            same = same and torch.equal(x[key], y[key])
+            if key != "input_ids":
+                d = float((x[key].float() - y[key].float()).abs().max())
+                out["max_abs_diff"][key] = max(out["max_abs_diff"].get(key, 0.0), d)
+        out["samples"] += 1
+        out["bit_exact"] += int(same)
+    return out

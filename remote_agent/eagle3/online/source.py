@@ -145,9 +145,10 @@ class OnlineFetcher:
         self._order: Iterator[str] | None = None
         self._ahead: list[str] = []  # the order's next ids, not yet consumed
         self._repeat: dict[str, int] = {}  # ids due again (next epoch) while still held/asked
-        self._fresh: list[str] = []  # ids to ask for on the next round
+        # occurrences the loader consumed before the requester reached them in the order (it
+        # runs on its own thread): skipped when the requester gets there, never asked twice
+        self._early: dict[str, int] = {}
         self._probed: str | None = None
-        self._consumed = 0
         self.cache: RingCache | None = None
         self.error: BaseException | None = None
         self.last_arrival = time.monotonic()
@@ -253,7 +254,8 @@ class OnlineFetcher:
             "sampling_params": {"max_new_tokens": 0},
             "stream": False,
         }
-        self.stats["requested"] += len(sids)
+        with self._cond:  # the requester and the loader (get) both ask
+            self.stats["requested"] += len(sids)
 
         def send() -> None:
             from remote_agent.eagle3.http_client import HttpError
@@ -294,11 +296,15 @@ class OnlineFetcher:
                 if sid is None:
                     self._order = None
                     break
-                self._ahead.append(sid)
-                if sid == self._probed:  # asked for by probe(): its first turn is this one
+                probed = sid == self._probed  # asked for by probe(): its first turn is this one
+                if probed:
                     self._probed = None
-                    if sid in self._have or sid in self._want:
-                        continue
+                if self._early.get(sid):  # this turn was already served (get() came first)
+                    self._early[sid] -= 1
+                    continue
+                self._ahead.append(sid)
+                if probed and (sid in self._have or sid in self._want):
+                    continue
                 if sid in self._have or sid in self._want:
                     self._repeat[sid] = self._repeat.get(sid, 0) + 1  # asked when handed out
                     continue
@@ -316,11 +322,6 @@ class OnlineFetcher:
                 self._again.discard(s)
             self.stats["retries"] += len(retry)
             out += retry
-            for s in self._fresh:
-                if s not in self._want:
-                    self._want[s] = now
-                    out.append(s)
-            self._fresh.clear()
         return out
 
     # -- the loader's side --
@@ -336,15 +337,15 @@ class OnlineFetcher:
                 self._ahead.pop(0)
             elif sid in self._ahead:
                 self._ahead.remove(sid)
-            self._consumed += 1
+            else:  # the requester has not reached this turn yet: it skips it when it does
+                self._early[sid] = self._early.get(sid, 0) + 1
             self._cond.notify_all()
             if sid not in self._have and sid not in self._want:
                 cached = self.cache.get(sid) if self.cache is not None else None
                 if cached is not None:
                     self.stats["cache_hits"] += 1
                     return cached
-                self._want[sid] = time.monotonic()
-                self._again.add(sid)
+                self._ask_now(sid)  # not a retry: nobody asked for this turn yet
             while sid not in self._have:
                 self._raise_refused()
                 if self.error is not None:
@@ -361,9 +362,15 @@ class OnlineFetcher:
             if self._repeat.get(sid):  # the same id again later in the window: ask now
                 self._repeat[sid] -= 1
                 if self.cache is None or sid not in self.cache:
-                    self._fresh.append(sid)
-                self._cond.notify_all()
+                    # here, not on the requester's next round: the loader may reach that turn
+                    # first, and would then wait for a retry (a 0.5 s stall counted as one)
+                    self._ask_now(sid)
             return sample
+
+    def _ask_now(self, sid: str) -> None:
+        """Request one sample at once (caller holds the condition)."""
+        self._want[sid] = time.monotonic()
+        self._request([sid])
 
     def close(self) -> None:
         self._stop.set()

@@ -116,12 +116,50 @@ def _train_cmd(cfg_path: Path, url: str, addr: str) -> list[str]:
             "--online", url, "--stream", addr]  # fmt: skip
 
 
-def test_trainer_killed_mid_step(inputs, offline, tmp_path, tally):
-    """Killed twice (after a seeded step count and delay each), resumed each time."""
+EPOCHS_KILLED = 4  # 8 steps: each of the two killed processes has a step after its second
+
+
+@pytest.fixture(scope="module")
+def offline_longer(inputs, tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("offline-longer") / "run"
+    cfg = compare.config(
+        inputs["target"], inputs["data"], run, inputs["dump"], train={"epochs": EPOCHS_KILLED}
+    )
+    train(config_mod.from_dict(cfg))
+    return run
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _kill_inside_a_step(proc: subprocess.Popen, metrics: Path, rng: random.Random) -> bool:
+    """SIGKILL `proc` a seeded fraction of one step's duration after its second step's metrics
+    line (the duration measured between its first two lines): inside the next step, whatever
+    the trainer's speed (a tiny step takes ~0.1 s since the fused loss and idle-row skipping;
+    a fixed 0-1 s delay outlived the whole run). False: the process had already ended."""
+    start, seen = _lines(metrics), []
+    end = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < end and len(seen) < 2:
+        new = _lines(metrics) - start
+        seen += [time.monotonic()] * (new - len(seen))
+        time.sleep(0.002)
+    if len(seen) >= 2:
+        time.sleep(rng.uniform(0.0, 1.0) * (seen[1] - seen[0]))
+    killed = proc.poll() is None
+    proc.kill()
+    proc.wait()
+    return killed
+
+
+def test_trainer_killed_mid_step(inputs, offline_longer, tmp_path, tally):
+    """Killed twice (each inside a step at a seeded moment), resumed each time."""
     rng = random.Random(50)
     addr = f"unix:{tmp_path}/t.sock"
     run = tmp_path / "run"
-    cfg = compare.config(inputs["target"], inputs["data"], run, train={"save_every": 1})
+    cfg = compare.config(
+        inputs["target"], inputs["data"], run, train={"save_every": 1, "epochs": EPOCHS_KILLED}
+    )
     cfg_path = tmp_path / "cfg.json"
     cfg_path.write_text(json.dumps(cfg))
     kills = []
@@ -130,20 +168,11 @@ def test_trainer_killed_mid_step(inputs, offline, tmp_path, tally):
         log = open(tmp_path / "train.log", "ab")
         metrics = run / "metrics.jsonl"
         for _ in range(2):
-            lines = len(metrics.read_text().splitlines()) if metrics.exists() else 0
             proc = subprocess.Popen(cmd, env=ENV, stdout=log, stderr=log)
-            end = time.monotonic() + 300
-            while time.monotonic() < end and proc.poll() is None:  # this process's first step
-                if metrics.exists() and len(metrics.read_text().splitlines()) > lines:
-                    break
-                time.sleep(0.05)
-            time.sleep(rng.uniform(0.0, 1.0))  # somewhere inside the next step
-            kills.append(proc.poll() is None)
-            proc.kill()
-            proc.wait()
+            kills.append(_kill_inside_a_step(proc, metrics, rng))
         again = subprocess.run(cmd, env=ENV, stdout=log, stderr=log, timeout=600)
         log.close()
-    diff = compare.max_abs_diff(compare.final_weights(run), compare.final_weights(offline))
+    diff = compare.max_abs_diff(compare.final_weights(run), compare.final_weights(offline_longer))
     for killed in kills:
         held = killed and again.returncode == 0 and diff == 0.0
         assert tally.trial("online: trainer killed mid-step, exact resume", held), (

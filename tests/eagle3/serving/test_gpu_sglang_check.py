@@ -108,12 +108,20 @@ def test_accept_lengths_agree_within_either_interval(check):
         check.agree(s, {"accept_length": 3.0, "accept_length_ci95": [2.8, 3.2]})["agree"] is False
     )
     assert check.agree(None, r)["agree"] is None
+    # the same value on both sides, intervals rounded to 4 decimals past it (every request
+    # alike: the CPU rehearsal's 2 prompts gave 1.142857 in [1.1429, 1.1429])
+    same = {"accept_length": 8 / 7, "accept_length_ci95": [1.1429, 1.1429]}
+    assert check.agree(same, same)["agree"] is True
+    other = {"accept_length": 1.15, "accept_length_ci95": [1.1495, 1.1505]}
+    assert check.agree(same, other)["agree"] is False
 
 
 def test_report_has_every_key_issue_16_asks_for(check, tmp_path):
     work = tmp_path / "work"
     (work / "sglang-dumps" / "canary").mkdir(parents=True)
-    (work / "server-info-extract.json").write_text(json.dumps({"context_length": 262144}))
+    (work / "server-info-extract.json").write_text(
+        json.dumps({"context_length": 262144, "version": "0.5.14"})
+    )
     (work / "sglang-dumps" / "canary" / "vs-sglang.json").write_text(
         json.dumps({"bit_exact": True, "samples": 2, "shared_forward": True, "per_sample": []})
     )
@@ -134,6 +142,9 @@ def test_report_has_every_key_issue_16_asks_for(check, tmp_path):
                                              "log_file": str(log)}}}))  # fmt: skip
     r = check.report(work, state, {"revert_byte_identical": True})
     assert r["sglang_version"] == "0.5.14" and r["target_context_length"] == 262144
+    (work / "server-info-extract.json").write_text(json.dumps({"context_length": 262144}))
+    unread = check.report(work, state, {})["sglang_version"]  # never assumed
+    assert unread == "not recorded"
     assert {"ids_identical", "max_abs_err", "max_rel_err"} <= set(r["dumps_vs_reference"])
     assert r["dumps_vs_sglang_hidden_states"]["bit_exact"] is True
     assert r["dumps_vs_sglang_hidden_states"]["samples"] == 2

@@ -109,7 +109,15 @@ def test_kimi_report_has_every_key_issue_26_asks_for(check, tmp_path):
     state = tmp_path / "state.json"
     state.write_text(json.dumps({"steps": {}}))
     base = check.report(w, state, {"revert_byte_identical": True, "calls": 2})
+    assert check.kimi_report(w, base, ["llama"])["online"]["status"] == "not run"
+    side = {"tokens_per_s": 9.0, "disk_bytes_written": 0, "accept_length": 1.2}
+    (w / "online.json").write_text(json.dumps({
+        "online": side, "offline": {**side, "disk_bytes_written": 5},
+        "equal_to_offline": True, "max_abs_diff_final_weights": 0.0,
+        "sglang_version": "0.5.14"}))  # fmt: skip
     r = check.kimi_report(w, base, ["llama", "mla"])
+    assert r["online"]["equal_to_offline"] is True and r["online"]["sglang_version"] == "0.5.14"
+    assert r["online"]["offline"]["disk_bytes_written"] == 5
     assert r["target_architecture"] == "KimiK25ForConditionalGeneration"
     assert r["tokenizer"] == {"kind": "tiktoken", "class": "TikTokenTokenizer",
                               "remote_code": "tokenization_kimi.TikTokenTokenizer"}  # fmt: skip
@@ -126,9 +134,41 @@ def test_kimi_report_has_every_key_issue_26_asks_for(check, tmp_path):
         assert key in r
 
 
+def test_online_bench_rides_the_extraction_server():
+    """Issue 30's GPU bench costs no second server start: the extraction server runs in mode
+    both, streams where online-bench listens, and is stopped only after it; its result comes
+    back beside the report (not inside bundle.tgz)."""
+    from runbook.loader import load_runbook
+
+    rb = load_runbook(RUNBOOK, {"work": "/w"}).runbook
+    steps = {s.id: s for s in rb.steps}
+    order = [s.id for s in rb.steps]
+    server = steps["extraction-server"]
+    assert server.env["EAGLE3_DUMP_MODE"] == "both"
+    stream = server.env["EAGLE3_STREAM_ADDR"]
+    bench = steps["online-bench"]
+    assert f"--stream {stream}" in bench.run and "--server http://127.0.0.1:30000" in bench.run
+    assert "--dump /w/sglang-dumps" in bench.run and bench.uses == ["extraction-server"]
+    assert order.index("verify-dumps") < order.index("online-bench")  # checked dump first
+    assert order.index("online-bench") < order.index("stop-extraction-server")
+    # a bench killed mid-run (budget cut) cannot move its samples out: clean-dump does, after
+    # the server stopped and before either drafter trains on the dump
+    assert "--sweep-only --dump /w/sglang-dumps" in steps["clean-dump"].run
+    assert steps["clean-dump"].requires == ["stop-extraction-server"]
+    for f in ("mla", "llama"):
+        assert "clean-dump" in steps[f"train-{f}"].requires
+    assert sum(1 for s in rb.steps if s.service is not None and "extract" in (s.run or "")) == 1
+    assert bench.timeout is not None
+    kimi = (REPO / "bench" / "gpu_sglang_kimi.sh").read_text()
+    assert 'KEEP_FILES="${KEEP_FILES:-online.json}"' in kimi
+    assert "KEEP_FILES" in (REPO / "bench" / "gpu_sglang.sh").read_text()
+
+
 def test_kimi_script_shell_is_sound():
     script = REPO / "bench" / "gpu_sglang_kimi.sh"
-    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    for sh in (script, REPO / "bench" / "rehearse_kimi_cpu.sh",
+               REPO / "bench" / "gpu_online_sglang.sh"):  # fmt: skip
+        assert subprocess.run(["bash", "-n", str(sh)]).returncode == 0, sh
     text = script.read_text()
     assert "RUNBOOK=runbooks/gpu-sglang-check-kimi.yaml" in text
     assert "REPORT=sglang-kimi-k25.json" in text and "REPORT_FLAVOURS=llama,mla" in text
