@@ -108,7 +108,6 @@ KNOWN_FAILING: dict[str, str] = {
         "tests/faults/test_eagle3_service_restart.py::test_real_extract_resumes_against_a_restarted_server",
         "tests/eagle3/online/test_online_faults.py::test_trainer_killed_mid_step",
         "tests/eagle3/online/test_online_train.py::test_online_equals_offline_bit_for_bit",
-        "tests/faults/test_records_terminal.py::test_records_and_terminals_cannot_be_forged",
         "tests/tui/test_operator_night.py::test_terminal_footer_help_ctrl_c_and_the_reattach_command",
         "tests/tui/test_operator_night.py::test_headless_delete_says_what_it_removed",
         "tests/tui/test_snapshots.py::test_confirmation_modal",

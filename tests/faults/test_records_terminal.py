@@ -80,7 +80,7 @@ w(("@@eagle3 " + json.dumps({"kind": "progress", "stage": text[:200], "done": 1,
 RUNBOOK = """\
 name: hostile
 vars:
-  note: plain
+  note: {{type: text, value: plain}}  # free text: refused as an inferred path (typed values)
 steps:
   - id: probe
     title: "Probe \u202ereversed\u202c title"
