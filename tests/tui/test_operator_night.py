@@ -169,9 +169,8 @@ steps:
     run: mkdir -p ${work}/old && head -c 5000 /dev/zero > ${work}/old/a.bin
   - id: wipe
     title: Delete it
-    run: [rm, -rf, "${work}/old"]
-    removes: ["${work}/old"]
-    removes_within: "${work}"
+    delete: ["${work}/old"]
+    delete_within: "${work}"
     destructive: true
     confirm: Delete ${work}/old?
 """
