@@ -105,7 +105,6 @@ _MERGE = "failed after the 2026-12-04 merge of the eight branches; open, see the
 KNOWN_FAILING: dict[str, str] = {
     n: _MERGE
     for n in (
-        "tests/faults/test_eagle3_service_restart.py::test_real_extract_resumes_against_a_restarted_server",
         "tests/eagle3/online/test_online_faults.py::test_trainer_killed_mid_step",
         "tests/eagle3/online/test_online_train.py::test_online_equals_offline_bit_for_bit",
         "tests/tui/test_operator_night.py::test_terminal_footer_help_ctrl_c_and_the_reattach_command",
