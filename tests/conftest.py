@@ -107,9 +107,6 @@ KNOWN_FAILING: dict[str, str] = {
     for n in (
         "tests/eagle3/online/test_online_faults.py::test_trainer_killed_mid_step",
         "tests/eagle3/online/test_online_train.py::test_online_equals_offline_bit_for_bit",
-        "tests/tui/test_operator_night.py::test_terminal_footer_help_ctrl_c_and_the_reattach_command",
-        "tests/tui/test_tmux_e2e.py::test_tmux_run_quit_mid_job_reattach_finish_export",
-        "tests/faults/test_cockpit_intent.py::test_kill_9_during_run_all_then_relaunch_continues",
     )
 }
 

@@ -25,7 +25,7 @@ from eagle_tui.cli import build_parser
 from eagle_tui.cli import main as cli_main
 
 from .helpers import SIZE, opened, status, type_confirmation, wait_for
-from .tmux_driver import TmuxDriver, cockpit_argv, terminal_env
+from .tmux_driver import TmuxDriver, cockpit_argv, gate_line, terminal_env
 
 COCKPIT = __import__("tests.tui.helpers", fromlist=["RUNBOOKS"]).RUNBOOKS / "cockpit.yaml"
 RUNBOOKS_DIR = __import__("tests.support.paths", fromlist=["REPO"]).REPO / "runbooks"
@@ -59,7 +59,7 @@ def test_terminal_footer_help_ctrl_c_and_the_reattach_command(tmp_path, monkeypa
         tm.wait_for(r"Destructive step: wipe")
         tm.send_text("wipe")
         tm.keys("Enter")
-        tm.wait_for(r"waiting for .*release", timeout=60)
+        tm.wait_for(gate_line(tmp_path / "work"), timeout=60)
         tm.keys("q")
         tm.wait_for(r"EXIT=0", timeout=60)
         joined = tm.tmux("capture-pane", "-p", "-J", "-t", tm.session)  # wrapped lines joined
