@@ -231,3 +231,33 @@ steps:
     run: "true"
     skipping_leaves: the file patched
 """
+
+
+SIZES_RUNBOOK = """\
+name: sizes
+vars: {work: /nonexistent, python: python3, job: none}
+steps:
+  - id: check
+    title: Room and the manifest
+    preconditions:
+      - {check: disk_free, path: "${work}", min: 100TB, title: room}
+      - {check: manifest, path: "${work}/m.json", title: manifest}
+      - {check: dir_size, path: "${work}", max: 2GB, min: 1.5MB, title: size}
+    run: "true"
+"""
+
+
+def test_dry_run_reads_sizes_back_as_written_and_leaves_out_empty_fields(env, capsys):
+    """Polish: `min: 100TB` reads back as `100 TB` (was `90.9 TiB`), a `dir_size` bound as
+    written (`2 GB`, `1.5 MB`), and a manifest guard's observed values leave out the empty
+    `fields` (was `fields=[0 items]`)."""
+    (env.work / "m.json").write_text('{"file": "m.json", "sha256": "00"}')
+    env.runbook = env.root / "sizes.yaml"
+    env.runbook.write_text(SIZES_RUNBOOK)
+    assert cli_main(env.argv("--dry-run")) == 3  # blocked: not 100 TB free here
+    out = capsys.readouterr().out
+    assert re.search(r"free < 100 TB required", out), out
+    assert "TiB required" not in out
+    assert "not within >= 1.5 MB and <= 2 GB" in out, out
+    observed = [x for x in out.splitlines() if "observed:" in x and "sha256_expected" in x]
+    assert observed and "fields=" not in observed[0], observed
