@@ -261,3 +261,39 @@ def test_dry_run_reads_sizes_back_as_written_and_leaves_out_empty_fields(env, ca
     assert "not within >= 1.5 MB and <= 2 GB" in out, out
     observed = [x for x in out.splitlines() if "observed:" in x and "sha256_expected" in x]
     assert observed and "fields=" not in observed[0], observed
+
+
+FORWARD_RUNBOOK = """\
+name: forward
+steps:
+  - id: prepare
+    title: Prepare
+    run: "true"
+    requires: [train]
+  - id: train
+    title: Train
+    run: "true"
+  - id: report
+    title: Report
+    run: "true"
+    requires: [trian]
+"""
+
+
+def test_validate_suggests_the_step_and_says_a_forward_requires_runs_first(tmp_path, capsys):
+    """`validate`: an unknown step in `requires` gets a did-you-mean; a step required before it
+    is written is said (it runs first), not silently reordered."""
+    rb = tmp_path / "forward.yaml"
+    rb.write_text(FORWARD_RUNBOOK)
+    assert cli_main(["validate", str(rb)]) == 2
+    err = capsys.readouterr().err
+    assert f"{rb}:13:16: steps[2].requires[0]: unknown step 'trian'; did you mean 'train'?" in err
+    rb.write_text(FORWARD_RUNBOOK.replace("[trian]", "[prepare]"))
+    assert cli_main(["validate", str(rb)]) == 0
+    captured = capsys.readouterr()
+    assert (
+        f"{rb}:6:16: steps[0].requires[0]: warning: 'train' comes later in the file but "
+        "runs before 'prepare'" in captured.err
+    ), captured.err
+    assert captured.err.count("warning:") == 1  # `report` requires an earlier step: fine
+    assert "ok: runbook 'forward', 3 steps" in captured.out
