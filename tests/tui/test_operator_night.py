@@ -13,10 +13,13 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -297,3 +300,36 @@ def test_validate_suggests_the_step_and_says_a_forward_requires_runs_first(tmp_p
     ), captured.err
     assert captured.err.count("warning:") == 1  # `report` requires an earlier step: fine
     assert "ok: runbook 'forward', 3 steps" in captured.out
+
+
+def test_interrupting_auto_mid_job_says_what_is_left_running(cockpit_env):
+    """Headless Ctrl+C while a detached job runs: `exit 130:` says what is still running on the
+    box and how to reattach (it said nothing after `exit 130:`); run again, it finishes."""
+    env = cockpit_env
+    env.extra_sets = ["gate_at=3", "lines=6"]
+    argv = [sys.executable, "-m", "eagle_tui.cli", *env.argv("--auto", "--yes", "--quiet")]
+    run_env = {**os.environ, "PYTHONPATH": ":".join(sys.path), "COLUMNS": "200"}
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=run_env
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not any(
+            "waiting for" in p.read_text() for p in env.state.glob("runs/*/logs/train.*.log")
+        ):
+            assert time.monotonic() < deadline and proc.poll() is None, "never reached the gate"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out
+    last = out.rstrip("\n").splitlines()[-1]
+    assert last == (
+        "exit 130: interrupted (Ctrl+C or SIGTERM); still running on the box: train "
+        "(run the same command again to reattach)"
+    ), out
+    (env.work / "release").write_text("")
+    again = subprocess.run(argv, capture_output=True, text=True, env=run_env, timeout=120)
+    assert again.returncode == 0 and "exit 0: all steps done" in again.stdout, again.stdout
