@@ -333,3 +333,36 @@ def test_interrupting_auto_mid_job_says_what_is_left_running(cockpit_env):
     (env.work / "release").write_text("")
     again = subprocess.run(argv, capture_output=True, text=True, env=run_env, timeout=120)
     assert again.returncode == 0 and "exit 0: all steps done" in again.stdout, again.stdout
+
+
+async def test_a_silent_job_says_how_long_it_has_been_silent(env):
+    """Logs: a running step's detail says when its job last wrote (`last output 3s ago`), so a
+    job silent at its gate reads as silent, not as a frozen view; progress records are the bar
+    above the log, not one log line per update (the full log keeps them)."""
+    from eagle_tui.app.widgets.logs.live_log import LiveLog
+    from eagle_tui.app.widgets.steps.detail import StepDetail
+
+    app = env.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await opened(pilot)
+        app.main.select("long")
+        await pilot.press("r")
+        log = app.main.query_one(LiveLog)
+        await wait_for(pilot, lambda: any("waiting for" in x for x in log.lines), what="the gate")
+
+        def silent_for() -> int:
+            shown = app.main.query_one(StepDetail).visual.plain
+            m = re.search(r"last output (\d+)s ago", shown)
+            return int(m.group(1)) if m else -1
+
+        await wait_for(pilot, lambda: silent_for() >= 3, timeout=30, what="the silence counted")
+        assert any(x.startswith("▸ metrics · step 5 ") for x in log.lines), list(log.lines)
+        assert not any(x.startswith("▸ train · ") for x in log.lines), list(log.lines)
+        (env.work / "release").write_text("")
+        await wait_for(pilot, lambda: status(app, "long") == "succeeded", timeout=60)
+        await pilot.pause(0.3)
+        assert "last output" not in app.main.query_one(StepDetail).visual.plain
+        mirror = open(app.record("long").log_file).read()
+        assert '"kind":"progress"' in mirror  # the record is kept, only not a pane line
+        assert not any(x.startswith("▸ train · ") for x in log.lines)
+        await pilot.press("q")
