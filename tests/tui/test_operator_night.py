@@ -366,3 +366,32 @@ async def test_a_silent_job_says_how_long_it_has_been_silent(env):
         assert '"kind":"progress"' in mirror  # the record is kept, only not a pane line
         assert not any(x.startswith("▸ train · ") for x in log.lines)
         await pilot.press("q")
+
+
+async def test_a_reopened_run_keeps_its_guards_through_d(cockpit_env):
+    """Guard results on reopen come from the audit (they used to read "not evaluated yet", and
+    `d` did not bring them back); a dry run (`d`) on the reopened run answers and leaves the
+    recorded results of finished steps in place."""
+    env = cockpit_env
+    env.extra_sets += ["lines=6"]
+    argv = [sys.executable, "-m", "eagle_tui.cli", *env.argv("--auto", "--yes", "--quiet")]
+    assert subprocess.run(argv, capture_output=True, timeout=120).returncode == 0
+    from eagle_tui.app.widgets.steps.detail import StepDetail
+
+    app = env.app("--run", "latest")
+    async with app.run_test(size=SIZE) as pilot:
+        await opened(pilot)
+        app.main.select("check")
+        await pilot.pause(0.2)
+        before = app.main.query_one(StepDetail).visual.plain
+        assert before.count("✓ guard") == 2 and "not evaluated yet" not in before, before
+        await pilot.press("d")
+        await wait_for(
+            pilot,
+            lambda: any(n.message.startswith("dry-run") for n in app._notifications),
+            what="the dry run's answer",
+        )
+        await pilot.pause(0.2)
+        after = app.main.query_one(StepDetail).visual.plain
+        assert after == before, after
+        await pilot.press("q")
