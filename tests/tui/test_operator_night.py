@@ -395,3 +395,22 @@ async def test_a_reopened_run_keeps_its_guards_through_d(cockpit_env):
         after = app.main.query_one(StepDetail).visual.plain
         assert after == before, after
         await pilot.press("q")
+
+
+async def test_at_100x30_titles_stay_readable_and_the_log_keeps_the_height(env):
+    """At 100x30 the title column kept one letter and ~16 rows went unused: now each title
+    shows at least 10 characters and the log pane keeps more than half the screen's rows."""
+    from eagle_tui.app.widgets.logs.live_log import LiveLog
+
+    from .seed import seeded_app
+    from .test_layout import todo_text
+    from .test_snapshots import _ready
+
+    app = seeded_app(env.state)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await _ready(pilot)
+        await pilot.pause(0.1)
+        rows = todo_text(app)[1:6]
+        titles = [re.split(r"\s{2,}", x.strip())[2] for x in rows]  # icon, id, title, ...
+        assert all(len(t) >= 10 for t in titles), titles
+        assert app.main.query_one(LiveLog).size.height >= 15
