@@ -195,6 +195,21 @@ def _gib(n: float) -> str:
     return f"{int(n)} B" if unit == "B" else f"{n:.1f} {unit}"
 
 
+def _bound(n: float) -> str:
+    """A size the runbook wrote, in the units it was written in: `100TB` arrives as 10**14
+    bytes, which `_gib` would echo as `90.9 TiB`. A count `_gib` cannot show exactly that is a
+    round decimal figure reads back in decimal units (`100 TB`, `1.5 MB`)."""
+    n = int(n)
+    units = ("B", "KiB", "MiB", "GiB", "TiB")
+    k = min(len(units) - 1, max(0, (n.bit_length() - 1) // 10))  # the unit _gib picks
+    if n % (1 << (10 * k)) == 0:
+        return _gib(n)  # 500GiB, 1048576, 812 B: exact in binary units
+    for unit, scale in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= scale and (n * 10) % scale == 0:
+            return f"{n / scale:g} {unit}"
+    return _gib(n)
+
+
 def _files(n: int) -> str:
     return f"{n:,} file" + ("" if n == 1 else "s")
 
@@ -209,7 +224,7 @@ def check_disk_free(f: Fields) -> Result:
     obs = {"free_bytes": du["free"], "total_bytes": du["total"], "path": du["path"]}
     ok = du["free"] >= need
     rel = ">=" if ok else "<"
-    return ok, obs, f"{du['path']}: {_gib(du['free'])} free {rel} {_gib(need)} required"
+    return ok, obs, f"{du['path']}: {_gib(du['free'])} free {rel} {_bound(need)} required"
 
 
 def dir_size(root: Path, deadline: Deadline) -> dict[str, Any]:
@@ -272,8 +287,8 @@ def check_dir_size(f: Fields) -> Result:
     bounds = " and ".join(
         x
         for x in (
-            f">= {_gib(lo)}" if lo else "",  # ">= 0 B" bounds nothing: not worth a word
-            f"<= {_gib(hi)}" if hi is not None else "",
+            f">= {_bound(lo)}" if lo else "",  # ">= 0 B" bounds nothing: not worth a word
+            f"<= {_bound(hi)}" if hi is not None else "",
         )
         if x
     )

@@ -665,20 +665,27 @@ def _cross_checks(rb: Runbook, problems: _Problems) -> None:
     for i, step in enumerate(rb.steps):
         for j, req in enumerate(step.requires):
             if req not in ids:
-                problems.add(("steps", i, "requires", j), f"unknown step {req!r}")
+                problems.add(("steps", i, "requires", j), _unknown_step(req, ids))
             elif req == step.id:
                 problems.add(("steps", i, "requires", j), "a step cannot require itself")
+            elif ids[req] > i:  # plan.ordered_steps runs it first: say so, the file reads otherwise
+                problems.warn(
+                    ("steps", i, "requires", j),
+                    f"{req!r} comes later in the file but runs before {step.id!r}, which "
+                    f"requires it (steps run in file order, each after what it requires); "
+                    f"move {req!r} above {step.id!r} so the file reads as it runs",
+                )
         for field in _CHECK_LISTS:
             for j, check in enumerate(getattr(step, field)):
                 if isinstance(check, StepSucceeded) and check.step not in ids:
-                    problems.add(("steps", i, field, j, "step"), f"unknown step {check.step!r}")
+                    problems.add(("steps", i, field, j, "step"), _unknown_step(check.step, ids))
     for i, step in enumerate(rb.steps):
         _refuse_shell_deletes(step, i, problems)
     for i, step in enumerate(rb.steps):
         if step.stop is not None:
             target = rb.steps[ids[step.stop]] if step.stop in ids else None
             if target is None:
-                problems.add(("steps", i, "stop"), f"unknown step {step.stop!r}")
+                problems.add(("steps", i, "stop"), _unknown_step(step.stop, ids))
             elif target.service is None:
                 problems.add(
                     ("steps", i, "stop"),
@@ -702,7 +709,7 @@ def _cross_checks(rb: Runbook, problems: _Problems) -> None:
             )
     for j, sid in enumerate(rb.auto_confirm):
         if sid not in ids:
-            problems.add(("auto_confirm", j), f"unknown step {sid!r}")
+            problems.add(("auto_confirm", j), _unknown_step(sid, ids))
         elif not rb.steps[ids[sid]].destructive:
             problems.add(
                 ("auto_confirm", j),
@@ -712,6 +719,14 @@ def _cross_checks(rb: Runbook, problems: _Problems) -> None:
     if cycle:
         i = ids[cycle[0]]
         problems.add(("steps", i, "requires"), "requires form a cycle: " + " -> ".join(cycle))
+
+
+def _unknown_step(name: str, ids: Mapping[str, int]) -> str:
+    """`unknown step 'trian'; did you mean 'train'?` (the ids are the runbook's steps)."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(ids), n=1)
+    return f"unknown step {name!r}" + (f"; did you mean {close[0]!r}?" if close else "")
 
 
 def _refuse_shell_deletes(step: Step, i: int, problems: _Problems) -> None:

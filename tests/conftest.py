@@ -94,27 +94,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         if no_sshd is not None and "sshd" in item.keywords:
             item.add_marker(no_sshd)
-        if (why := KNOWN_FAILING.get(item.nodeid.split("[")[0])) is not None:
-            item.add_marker(pytest.mark.xfail(reason=why, strict=False))
-
-
-# Failed in the first full run after merging this round's eight branches (2026-12-04), not yet
-# diagnosed for lack of session time: each is an open item in the closing note, to be fixed and
-# removed from here (non-strict: a pass is reported as XPASS).
-_MERGE = "failed after the 2026-12-04 merge of the eight branches; open, see the closing note"
-KNOWN_FAILING: dict[str, str] = {
-    n: _MERGE
-    for n in (
-        "tests/faults/test_eagle3_service_restart.py::test_real_extract_resumes_against_a_restarted_server",
-        "tests/faults/test_records_terminal.py::test_records_and_terminals_cannot_be_forged",
-        "tests/tui/test_operator_night.py::test_terminal_footer_help_ctrl_c_and_the_reattach_command",
-        "tests/tui/test_operator_night.py::test_headless_delete_says_what_it_removed",
-        "tests/tui/test_snapshots.py::test_confirmation_modal",
-        "tests/tui/test_snapshots.py::test_full_log_viewer",
-        "tests/tui/test_tmux_e2e.py::test_tmux_run_quit_mid_job_reattach_finish_export",
-        "tests/faults/test_cockpit_intent.py::test_kill_9_during_run_all_then_relaunch_continues",
-    )
-}
 
 
 _FALLBACK_ROOT = pytest.StashKey[Path]()

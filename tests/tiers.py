@@ -61,6 +61,9 @@ SLOW: tuple[str, ...] = (
     "tests/eagle3/extraction/test_extract_client.py::test_end_to_end_matches_the_reference",
     # measured 2026-12-07 alone at load ~10: ~60 s (an extraction, then the bench's 2 trainers)
     "tests/eagle3/online/test_bench_online_sglang.py::test_bench_online_against_a_server",
+    # measured alone on 2026-12-07 (load 7-9): 55-65 s per /bin/sh, 30 s
+    "tests/faults/test_records_terminal.py::test_records_and_terminals_cannot_be_forged",
+    "tests/tui/test_operator_night.py::test_interrupting_auto_mid_job",
 )
 SLOW_ENVIRONMENTS = ("sshd", "netns")
 

@@ -45,7 +45,22 @@ def observed_text(observed: Any) -> str:
     if isinstance(observed, dict):
         parts = []
         for k, v in observed.items():
-            shown = f"[{len(v)} items]" if isinstance(v, (dict, list)) else value_text(k, v)
+            if isinstance(v, (dict, list)) and not v:
+                continue  # an empty list or object tells nothing (was `fields=[0 items]`)
+            shown = _container_text(k, v) if isinstance(v, (dict, list)) else value_text(k, v)
             parts.append(f"{k}={shown}")
         return " ".join(parts)
     return str(observed)
+
+
+def _container_text(key: str, v: dict | list) -> str:
+    """`{format=eagle3-merged, records=12}` when short and flat, else `[N items]`."""
+    items = f"[{len(v)} item{'' if len(v) == 1 else 's'}]"
+    pairs = v.items() if isinstance(v, dict) else enumerate(v)
+    if any(isinstance(x, (dict, list)) for _, x in pairs):
+        return items
+    if isinstance(v, dict):
+        text = "{" + ", ".join(f"{k}={value_text(k, x)}" for k, x in v.items()) + "}"
+    else:
+        text = "[" + ", ".join(value_text(key, x) for x in v) + "]"
+    return text if len(text) <= 80 else items

@@ -7,13 +7,14 @@ one-line text bar. Both go to the same stream the JSON lines would have gone to.
 from __future__ import annotations
 
 import atexit
-import json
 from typing import Any, TextIO
 
 
 def number(v: Any) -> str:
     """Figures a person reads: 4 significant digits, thousands separators, no 16-digit floats."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if not isinstance(v, (int, float)):
         return str(v)
     if isinstance(v, int):
         return f"{v:,}"
@@ -30,8 +31,43 @@ def duration(seconds: float) -> str:
     return f"{m}m{s:02d}s" if m < 60 else f"{m // 60}h{m % 60:02d}m"
 
 
+def size(n: float) -> str:
+    """Bytes as `247.6 KiB` (the units of runbook/units.py; this file stays standard library)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            break
+        n /= 1024
+    return f"{int(n)} B" if unit == "B" else f"{n:.1f} {unit}"
+
+
+def figure(key: str, v: Any) -> str:
+    """One value of a record: byte counts as sizes, nested objects as `k v · k v`, lists short."""
+    if isinstance(v, dict):
+        shown = (
+            f"{k} ({figure(k, x)})" if isinstance(x, dict) else f"{k} {figure(k, x)}"
+            for k, x in v.items()
+        )
+        return " · ".join(shown) or "none"
+    if isinstance(v, list):
+        return ", ".join(figure(key, x) for x in v[:8]) + (" …" if len(v) > 8 else "") or "none"
+    if (
+        isinstance(v, (int, float))
+        and not isinstance(v, bool)
+        and (key == "bytes" or key.endswith("_bytes"))
+    ):
+        return size(v)
+    return number(v)
+
+
 def pairs(record: dict[str, Any], skip: tuple[str, ...] = ("kind",)) -> str:
-    return " · ".join(f"{k} {number(v)}" for k, v in record.items() if k not in skip)
+    return " · ".join(f"{k} {figure(k, v)}" for k, v in record.items() if k not in skip)
+
+
+def count(r: dict[str, Any]) -> str:
+    """`450/1,000` or, for a stage counted in bytes, `120.0 MiB/1.2 GiB`."""
+    done, total = r.get("done") or 0, r.get("total")
+    shown = size if r.get("unit") == "bytes" else number
+    return f"{shown(done)}/{shown(total)}" if total else shown(done)
 
 
 class PlainView:
@@ -52,12 +88,13 @@ class PlainView:
         bar = ""
         if total:
             filled = int(30 * min(done / total, 1.0))
-            bar = f" [{'#' * filled}{'.' * (30 - filled)}] {number(done)}/{number(total)}"
+            bar = f" [{'#' * filled}{'.' * (30 - filled)}] {count(r)}"
         else:
-            bar = f" {number(done)}"
-        rate = f" · {number(r['rate'])}/s" if r.get("rate") else ""
+            bar = f" {count(r)}"
+        unit = "" if r.get("unit") == "bytes" else f" {r.get('unit', '')}"  # the sizes say it
+        rate = f" · {rate_text(r)}" if r.get("rate") else ""
         eta = f" · ETA {duration(r['eta_s'])}" if r.get("eta_s") is not None else ""
-        self.stream.write(f"\r{r.get('stage', '')}{bar} {r.get('unit', '')}{rate}{eta}\x1b[K")
+        self.stream.write(f"\r{r.get('stage', '')}{bar}{unit}{rate}{eta}\x1b[K")
         self.open_line = True
 
     def print(self, text: str) -> None:
@@ -75,7 +112,6 @@ class RichView:
         from rich.console import Console
         from rich.progress import (
             BarColumn,
-            MofNCompleteColumn,
             Progress,
             TextColumn,
             TimeElapsedColumn,
@@ -86,7 +122,7 @@ class RichView:
         self.bars = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
-            MofNCompleteColumn(),
+            TextColumn("{task.fields[count]}"),
             TextColumn("{task.fields[unit]}"),
             TextColumn("{task.fields[rate]}"),
             TimeElapsedColumn(),
@@ -95,12 +131,16 @@ class RichView:
             console=self.console,
         )
         self.tasks: dict[str, Any] = {}
+        self.closed = False
         self.bars.start()
 
     def progress(self, r: dict[str, Any]) -> None:
+        if self.closed:
+            return
         stage = str(r.get("stage", ""))
-        rate = f"{number(r['rate'])}/s" if r.get("rate") else ""
-        fields: dict[str, Any] = {"unit": str(r.get("unit", "")), "rate": rate}
+        rate = rate_text(r) if r.get("rate") else ""
+        unit = "" if r.get("unit") == "bytes" else str(r.get("unit", ""))  # the sizes say it
+        fields: dict[str, Any] = {"unit": unit, "rate": rate, "count": count(r)}
         if stage not in self.tasks:
             self.tasks[stage] = self.bars.add_task(stage, total=r.get("total"), **fields)
         self.bars.update(
@@ -115,21 +155,30 @@ class RichView:
     def summary(self, r: dict[str, Any]) -> None:
         from rich.table import Table
 
+        self.close()  # the bars' final state first, once; the result under it
         table = Table(title="result", show_header=False, title_justify="left")
         for k, v in r.items():
             if k != "kind":
-                shown = json.dumps(v) if isinstance(v, (dict, list)) else number(v)
-                table.add_row(str(k), shown)
+                table.add_row(str(k), figure(k, v))
         self.console.print(table)
 
     def close(self) -> None:
-        self.bars.stop()
+        if not self.closed:
+            self.closed = True
+            self.bars.stop()
 
 
 _views: dict[int, Any] = {}
 
 
+def rate_text(r: dict[str, Any]) -> str:
+    return f"{size(r['rate'])}/s" if r.get("unit") == "bytes" else f"{number(r['rate'])}/s"
+
+
 def view_for(stream: TextIO) -> Any:
+    # While its bars run, rich swaps sys.stderr for a proxy of it: the same terminal, one view
+    # (a second view there drew its own stale bar again at exit)
+    stream = getattr(stream, "rich_proxied_file", stream)
     v = _views.get(id(stream))
     if v is None:
         try:

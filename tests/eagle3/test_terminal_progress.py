@@ -8,6 +8,7 @@ import json
 import os
 import pty
 import random
+import re
 import select
 import subprocess
 import sys
@@ -105,3 +106,31 @@ def test_metrics_read_as_figures_and_a_box_without_rich_gets_a_text_bar(tmp_path
     assert rc == 0 and "@@eagle3" not in shown, shown
     assert "train [###############...............] 300/600 steps" in shown
     assert "result: steps 600 · out drafter" in shown
+
+
+def test_the_result_follows_one_final_bar_in_words_a_person_reads(tmp_path):
+    """Issue 28 (polish): the result table comes after the bars' final state, drawn once (rich's
+    stand-in for stderr no longer got a second view that redrew a stale bar at exit); booleans
+    read yes/no, byte counts as sizes (also in the bar), nested objects as words, not JSON."""
+    rc, shown = run_in_pty(merge_argv(tmp_path))
+    assert rc == 0, shown
+    bars, table = shown.rsplit("result", 1)
+    assert "━" not in table and "merge-read" not in table, table  # nothing drawn after it
+    assert "247.6 KiB/247.6 KiB" in bars and "253554" not in shown  # the bytes read, in sizes
+    assert "budget_bytes 512.0 MiB" in table and '{"' not in table
+    assert "alpha (records 400 · tokens 12,924" in table
+    code = (
+        "from remote_agent.eagle3.progress import Progress, emit\n"
+        "p = Progress('verify', 3 << 30, 'bytes', interval=0)\n"
+        "p.advance(1 << 30)\n"
+        "p.finish()\n"
+        "emit('result', ok=True, identical=False, bytes=123456789, shards=[])\n"
+    )
+    rc, shown = run_in_pty([sys.executable, "-c", code])
+    assert rc == 0, shown
+    assert "1.0 GiB/3.0 GiB" in shown
+    bars, table = shown.rsplit("result", 1)
+    assert "True" not in shown and "False" not in shown
+    for row in (("ok", "yes"), ("identical", "no"), ("bytes", "117.7 MiB"), ("shards", "none")):
+        assert re.search(rf"│ {row[0]} +│ {re.escape(row[1])} ", table), (row, table)
+    assert "━" not in table

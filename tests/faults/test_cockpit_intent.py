@@ -21,7 +21,7 @@ import pytest
 from eagle_tui.app.screens.dialogs import AskScreen
 from eagle_tui.cli import main as cli_main
 from tests.tui.helpers import JOB, RUNBOOKS, SIZE, Env, opened, status, wait_for
-from tests.tui.tmux_driver import TmuxDriver
+from tests.tui.tmux_driver import TmuxDriver, gate_line
 
 pytestmark = pytest.mark.skipif(not TmuxDriver.available(), reason="tmux is not installed")
 
@@ -52,7 +52,7 @@ def test_kill_9_during_run_all_then_relaunch_continues(tmp_path, tally, capsys, 
         tm.wait_for(r"Destructive step: wipe")
         tm.send_text("wipe")
         tm.keys("Enter")
-        tm.wait_for(r"waiting for .*release")
+        tm.wait_for(gate_line(work))
         run_dir = next((state / "runs").iterdir())
         pid = int((run_dir / "lock").read_text())  # the cockpit holding the run
         os.kill(pid, signal.SIGKILL)

@@ -200,16 +200,36 @@ with fake:
 """
 
 
-def test_real_extract_resumes_against_a_restarted_server(tmp_path, tiny_target, tally) -> None:
-    sys.path.insert(0, str(REPO / "tests" / "eagle3" / "extraction"))
-    from eagle3_standins import write_dataset
+def _greedy_dataset(path: Path, target: Path, lengths: list[int]) -> Path:
+    """Samples the tiny target continues greedily after a 4-token random prompt: verify-dumps'
+    final-state check (`--model`, at least 10% of supervised rows predict the next token) then
+    passes only for the target's own final states (random ids agree at chance, ~1/vocab)."""
+    import torch
+    from transformers import AutoModelForCausalLM
 
+    sys.path.insert(0, str(REPO / "tests" / "eagle3" / "extraction"))
+    from eagle3_standins import write_records
+
+    model = AutoModelForCausalLM.from_pretrained(str(target), dtype=torch.float32).eval()
+    g = torch.Generator().manual_seed(0)
+    records = []
+    for i, n in enumerate(lengths):
+        ids = torch.randint(11, 1500, (1, 4), generator=g)
+        with torch.no_grad():
+            seq = model.generate(ids, max_new_tokens=n - 4, min_new_tokens=n - 4, do_sample=False)
+        seq = seq[0].tolist()[:n]
+        mask = [0] * 4 + [1] * (n - 4)
+        records.append({"id": f"s{i:04d}", "source": "greedy", "input_ids": seq, "loss_mask": mask})
+    return write_records(path, records)
+
+
+def test_real_extract_resumes_against_a_restarted_server(tmp_path, tiny_target, tally) -> None:
     cli = Cli(tmp_path)
     work = tmp_path / "work"
     work.mkdir()
     (work / "fake_sglang.py").write_text(FAKE_SGLANG)
     lengths = [12, 30, 7, 25, 18, 9, 22, 15, 11, 28, 6, 19]
-    data = write_dataset(tmp_path / "d.jsonl", lengths)
+    data = _greedy_dataset(tmp_path / "d.jsonl", tiny_target, lengths)
     out, port, py = tmp_path / "dump", _port(), sys.executable
     url = f"http://127.0.0.1:{port}"
     hook_env = f"{{EAGLE3_DUMP_DIR: '{out}', EAGLE3_DUMP_SHARD_MB: '0.05', EAGLE3_DUMP_FLUSH_S: '0.5', EAGLE3_DUMP_MIN_FREE_MB: '0'}}"
@@ -251,6 +271,11 @@ def test_real_extract_resumes_against_a_restarted_server(tmp_path, tiny_target, 
     held = st["extract"]["attempt"] >= 2 and st["extraction-server"]["restarts"] == 1
     assert tally.trial("restart: extract retried against the restarted server", held)
     held = st["verify-dumps"]["status"] == "succeeded"
+    # and the dumped final states are the target's own (greedy data: nearly every row agrees)
+    agree = re.search(
+        r"final-state check: (\d+)/(\d+) sampled rows", open(st["verify-dumps"]["log_file"]).read()
+    )
+    held = held and agree is not None and int(agree[1]) >= 0.9 * int(agree[2]) > 0
     assert tally.trial("restart: resumed dump verifies (each sample once)", held)
     log = open(st["extract"]["log_file"]).read()  # the last attempt's
     done = [int(n) for n in re.findall(r"to dump, (\d+) already done", log)]

@@ -21,6 +21,7 @@ import subprocess
 from markdown_it import MarkdownIt
 
 from runbook.audit import CSV_COLUMNS
+from tests.faults.binsh import ran_under
 from tests.runbook.conftest import Cli
 
 FORGE_MD = [
@@ -80,7 +81,7 @@ w(("@@eagle3 " + json.dumps({"kind": "progress", "stage": text[:200], "done": 1,
 RUNBOOK = """\
 name: hostile
 vars:
-  note: plain
+  note: {{type: text, value: plain}}  # free text: refused as an inferred path (typed values)
 steps:
   - id: probe
     title: "Probe \u202ereversed\u202c title"
@@ -91,6 +92,7 @@ steps:
     title: Another
     preconditions:
       - {{check: command, run: [python3, "-c", "import sys; sys.stdout.write(open('{work}/box.txt').read()); sys.exit(1)"], title: "box says"}}
+      - {{check: command, run: 'printf %s "$${{BASH_VERSION:-dash}}" > {work}/sh; cat {work}/box.txt; exit 1', title: "box says, through /bin/sh"}}
     run: "true"
 """
 
@@ -179,7 +181,9 @@ def _run(cli: Cli, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cli.cmd(*args), env=cli.env, capture_output=True, timeout=120)
 
 
-def test_records_and_terminals_cannot_be_forged(tmp_path, tally):
+def test_records_and_terminals_cannot_be_forged(tmp_path, tally, bin_sh):
+    """Under dash and under bash as /bin/sh (a command guard's shell writes the box's text)."""
+    sh, wrap = bin_sh
     rng = random.Random(25)
     breaks = []
     for i in range(6):
@@ -192,7 +196,8 @@ def test_records_and_terminals_cannot_be_forged(tmp_path, tally):
         (work / "box.txt").write_text(box[:60] if i % 2 else box)  # short: whole in the tail
         value = _hostile(rng, FORGE_MD + TERM, 4)
         rb = cli.runbook(RUNBOOK.format(work=work))
-        run = _run(cli, "run", "--auto", str(rb), "--set", f"note={value}")
+        cmd = wrap(cli.cmd("run", "--auto", str(rb), "--set", f"note={value}"))
+        run = subprocess.run(cmd, env=cli.env, capture_output=True, timeout=120)
         status = _run(cli, "status")
         status_json = _run(cli, "status", "--json")
         md = _run(cli, "audit", "export", "--format", "md")
@@ -217,6 +222,7 @@ def test_records_and_terminals_cannot_be_forged(tmp_path, tally):
         shown = run.stdout.decode()
         visible = "\\x1b[2J" in shown and "\\u202e" in shown  # escaped, not dropped silently
         held = not term_bad and visible and run.returncode == 3  # `after` is blocked
+        held = held and ran_under(sh, (work / "sh").read_text())
         tally.trial("terminal: job/box/value text drives the terminal (run --auto, status)", held)
         if not held:
             breaks.append(("terminal", i, term_bad, run.returncode, shown[-800:]))

@@ -195,6 +195,10 @@ steps:
     title: "Uses ${{note}}"
     run: [python3, -c, "import os, sys; print(sys.argv[1], os.environ['API_TOKEN'])", "${{note}}"{literal}]
     env: {{API_TOKEN: "${{TOKEN}}"}}
+  - id: shell
+    title: The same through /bin/sh
+    run: 'printf "%s %s\n" "${{note}}" "$API_TOKEN"; printf %s "$${{BASH_VERSION:-dash}}" > {sh_file}'
+    env: {{API_TOKEN: "${{TOKEN}}"}}
 """
 
 
@@ -211,9 +215,11 @@ def _leaks(cli, secret: str, outputs: list[bytes]) -> list[str]:
     return found
 
 
-def test_a_secret_given_as_a_value_is_refused_and_written_nowhere(tmp_path, tally):
+def test_a_secret_given_as_a_value_is_refused_and_written_nowhere(tmp_path, tally, bin_sh):
+    """Under dash and under bash as /bin/sh (the second step prints the secret through it)."""
     import subprocess
 
+    from tests.faults.binsh import ran_under
     from tests.runbook.conftest import Cli
 
     rng = random.Random(2525)
@@ -228,13 +234,15 @@ def test_a_secret_given_as_a_value_is_refused_and_written_nowhere(tmp_path, tall
         cli.env["DEMO_TOKEN"] = secret
         default = f"other: {secret}" if way == "var default" else ""
         literal = f', "{secret}"' if way == "command literal" else ""
-        rb = cli.runbook(SECRET_RB.format(default=default, literal=literal))
+        sh_file = root / "sh"
+        rb = cli.runbook(SECRET_RB.format(default=default, literal=literal, sh_file=sh_file))
         args = ["run", "--auto", str(rb)]
         if way == "--set equal":
             args += ["--set", f"note={secret}"]
         elif way == "--set inside":
             args += ["--set", f"note=https://user:{secret}@example.com/x"]
-        run = subprocess.run(cli.cmd(*args), env=cli.env, capture_output=True, timeout=120)
+        cmd = bin_sh[1](cli.cmd(*args))
+        run = subprocess.run(cmd, env=cli.env, capture_output=True, timeout=120)
         status = subprocess.run(cli.cmd("status"), env=cli.env, capture_output=True, timeout=60)
         sjson = subprocess.run(
             cli.cmd("status", "--json"), env=cli.env, capture_output=True, timeout=60
@@ -242,6 +250,7 @@ def test_a_secret_given_as_a_value_is_refused_and_written_nowhere(tmp_path, tall
         leaks = _leaks(cli, secret, [run.stdout, run.stderr, status.stdout, sjson.stdout])
         if way == "env only":  # the one allowed way: runs, the job's output redacted
             held = run.returncode == 0 and not leaks
+            held = held and ran_under(bin_sh[0], sh_file.read_text())
         else:
             held = (
                 run.returncode == 2

@@ -13,10 +13,13 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -25,7 +28,7 @@ from eagle_tui.cli import build_parser
 from eagle_tui.cli import main as cli_main
 
 from .helpers import SIZE, opened, status, type_confirmation, wait_for
-from .tmux_driver import TmuxDriver, cockpit_argv, terminal_env
+from .tmux_driver import TmuxDriver, cockpit_argv, gate_line, terminal_env
 
 COCKPIT = __import__("tests.tui.helpers", fromlist=["RUNBOOKS"]).RUNBOOKS / "cockpit.yaml"
 RUNBOOKS_DIR = __import__("tests.support.paths", fromlist=["REPO"]).REPO / "runbooks"
@@ -59,7 +62,7 @@ def test_terminal_footer_help_ctrl_c_and_the_reattach_command(tmp_path, monkeypa
         tm.wait_for(r"Destructive step: wipe")
         tm.send_text("wipe")
         tm.keys("Enter")
-        tm.wait_for(r"waiting for .*release", timeout=60)
+        tm.wait_for(gate_line(tmp_path / "work"), timeout=60)
         tm.keys("q")
         tm.wait_for(r"EXIT=0", timeout=60)
         joined = tm.tmux("capture-pane", "-p", "-J", "-t", tm.session)  # wrapped lines joined
@@ -169,9 +172,8 @@ steps:
     run: mkdir -p ${work}/old && head -c 5000 /dev/zero > ${work}/old/a.bin
   - id: wipe
     title: Delete it
-    run: [rm, -rf, "${work}/old"]
-    removes: ["${work}/old"]
-    removes_within: "${work}"
+    delete: ["${work}/old"]
+    delete_within: "${work}"
     destructive: true
     confirm: Delete ${work}/old?
 """
@@ -232,3 +234,183 @@ steps:
     run: "true"
     skipping_leaves: the file patched
 """
+
+
+SIZES_RUNBOOK = """\
+name: sizes
+vars: {work: /nonexistent, python: python3, job: none}
+steps:
+  - id: check
+    title: Room and the manifest
+    preconditions:
+      - {check: disk_free, path: "${work}", min: 100TB, title: room}
+      - {check: manifest, path: "${work}/m.json", title: manifest}
+      - {check: dir_size, path: "${work}", max: 2GB, min: 1.5MB, title: size}
+    run: "true"
+"""
+
+
+def test_dry_run_reads_sizes_back_as_written_and_leaves_out_empty_fields(env, capsys):
+    """Polish: `min: 100TB` reads back as `100 TB` (was `90.9 TiB`), a `dir_size` bound as
+    written (`2 GB`, `1.5 MB`), and a manifest guard's observed values leave out the empty
+    `fields` (was `fields=[0 items]`)."""
+    (env.work / "m.json").write_text('{"file": "m.json", "sha256": "00"}')
+    env.runbook = env.root / "sizes.yaml"
+    env.runbook.write_text(SIZES_RUNBOOK)
+    assert cli_main(env.argv("--dry-run")) == 3  # blocked: not 100 TB free here
+    out = capsys.readouterr().out
+    assert re.search(r"free < 100 TB required", out), out
+    assert "TiB required" not in out
+    assert "not within >= 1.5 MB and <= 2 GB" in out, out
+    observed = [x for x in out.splitlines() if "observed:" in x and "sha256_expected" in x]
+    assert observed and "fields=" not in observed[0], observed
+
+
+FORWARD_RUNBOOK = """\
+name: forward
+steps:
+  - id: prepare
+    title: Prepare
+    run: "true"
+    requires: [train]
+  - id: train
+    title: Train
+    run: "true"
+  - id: report
+    title: Report
+    run: "true"
+    requires: [trian]
+"""
+
+
+def test_validate_suggests_the_step_and_says_a_forward_requires_runs_first(tmp_path, capsys):
+    """`validate`: an unknown step in `requires` gets a did-you-mean; a step required before it
+    is written is said (it runs first), not silently reordered."""
+    rb = tmp_path / "forward.yaml"
+    rb.write_text(FORWARD_RUNBOOK)
+    assert cli_main(["validate", str(rb)]) == 2
+    err = capsys.readouterr().err
+    assert f"{rb}:13:16: steps[2].requires[0]: unknown step 'trian'; did you mean 'train'?" in err
+    rb.write_text(FORWARD_RUNBOOK.replace("[trian]", "[prepare]"))
+    assert cli_main(["validate", str(rb)]) == 0
+    captured = capsys.readouterr()
+    assert (
+        f"{rb}:6:16: steps[0].requires[0]: warning: 'train' comes later in the file but "
+        "runs before 'prepare'" in captured.err
+    ), captured.err
+    assert captured.err.count("warning:") == 1  # `report` requires an earlier step: fine
+    assert "ok: runbook 'forward', 3 steps" in captured.out
+
+
+def test_interrupting_auto_mid_job_says_what_is_left_running(cockpit_env):
+    """Headless Ctrl+C while a detached job runs: `exit 130:` says what is still running on the
+    box and how to reattach (it said nothing after `exit 130:`); run again, it finishes."""
+    env = cockpit_env
+    env.extra_sets = ["gate_at=3", "lines=6"]
+    argv = [sys.executable, "-m", "eagle_tui.cli", *env.argv("--auto", "--yes", "--quiet")]
+    run_env = {**os.environ, "PYTHONPATH": ":".join(sys.path), "COLUMNS": "200"}
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=run_env
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not any(
+            "waiting for" in p.read_text() for p in env.state.glob("runs/*/logs/train.*.log")
+        ):
+            assert time.monotonic() < deadline and proc.poll() is None, "never reached the gate"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out
+    last = out.rstrip("\n").splitlines()[-1]
+    assert last == (
+        "exit 130: interrupted (Ctrl+C or SIGTERM); still running on the box: train "
+        "(run the same command again to reattach)"
+    ), out
+    (env.work / "release").write_text("")
+    again = subprocess.run(argv, capture_output=True, text=True, env=run_env, timeout=120)
+    assert again.returncode == 0 and "exit 0: all steps done" in again.stdout, again.stdout
+
+
+async def test_a_silent_job_says_how_long_it_has_been_silent(env):
+    """Logs: a running step's detail says when its job last wrote (`last output 3s ago`), so a
+    job silent at its gate reads as silent, not as a frozen view; progress records are the bar
+    above the log, not one log line per update (the full log keeps them)."""
+    from eagle_tui.app.widgets.logs.live_log import LiveLog
+    from eagle_tui.app.widgets.steps.detail import StepDetail
+
+    app = env.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await opened(pilot)
+        app.main.select("long")
+        await pilot.press("r")
+        log = app.main.query_one(LiveLog)
+        await wait_for(pilot, lambda: any("waiting for" in x for x in log.lines), what="the gate")
+
+        def silent_for() -> int:
+            shown = app.main.query_one(StepDetail).visual.plain
+            m = re.search(r"last output (\d+)s ago", shown)
+            return int(m.group(1)) if m else -1
+
+        await wait_for(pilot, lambda: silent_for() >= 3, timeout=30, what="the silence counted")
+        assert any(x.startswith("▸ metrics · step 5 ") for x in log.lines), list(log.lines)
+        assert not any(x.startswith("▸ train · ") for x in log.lines), list(log.lines)
+        (env.work / "release").write_text("")
+        await wait_for(pilot, lambda: status(app, "long") == "succeeded", timeout=60)
+        await pilot.pause(0.3)
+        assert "last output" not in app.main.query_one(StepDetail).visual.plain
+        mirror = open(app.record("long").log_file).read()
+        assert '"kind":"progress"' in mirror  # the record is kept, only not a pane line
+        assert not any(x.startswith("▸ train · ") for x in log.lines)
+        await pilot.press("q")
+
+
+async def test_a_reopened_run_keeps_its_guards_through_d(cockpit_env):
+    """Guard results on reopen come from the audit (they used to read "not evaluated yet", and
+    `d` did not bring them back); a dry run (`d`) on the reopened run answers and leaves the
+    recorded results of finished steps in place."""
+    env = cockpit_env
+    env.extra_sets += ["lines=6"]
+    argv = [sys.executable, "-m", "eagle_tui.cli", *env.argv("--auto", "--yes", "--quiet")]
+    assert subprocess.run(argv, capture_output=True, timeout=120).returncode == 0
+    from eagle_tui.app.widgets.steps.detail import StepDetail
+
+    app = env.app("--run", "latest")
+    async with app.run_test(size=SIZE) as pilot:
+        await opened(pilot)
+        app.main.select("check")
+        await pilot.pause(0.2)
+        before = app.main.query_one(StepDetail).visual.plain
+        assert before.count("✓ guard") == 2 and "not evaluated yet" not in before, before
+        await pilot.press("d")
+        await wait_for(
+            pilot,
+            lambda: any(n.message.startswith("dry-run") for n in app._notifications),
+            what="the dry run's answer",
+        )
+        await pilot.pause(0.2)
+        after = app.main.query_one(StepDetail).visual.plain
+        assert after == before, after
+        await pilot.press("q")
+
+
+async def test_at_100x30_titles_stay_readable_and_the_log_keeps_the_height(env):
+    """At 100x30 the title column kept one letter and ~16 rows went unused: now each title
+    shows at least 10 characters and the log pane keeps more than half the screen's rows."""
+    from eagle_tui.app.widgets.logs.live_log import LiveLog
+
+    from .seed import seeded_app
+    from .test_layout import todo_text
+    from .test_snapshots import _ready
+
+    app = seeded_app(env.state)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await _ready(pilot)
+        await pilot.pause(0.1)
+        rows = todo_text(app)[1:6]
+        titles = [re.split(r"\s{2,}", x.strip())[2] for x in rows]  # icon, id, title, ...
+        assert all(len(t) >= 10 for t in titles), titles
+        assert app.main.query_one(LiveLog).size.height >= 15

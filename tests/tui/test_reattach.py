@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from eagle_tui.app.widgets.logs.live_log import LiveLog
-from eagle_tui.app.widgets.logs.readable import readable
+from eagle_tui.app.widgets.logs.readable import is_progress, readable
 from eagle_tui.app.widgets.progress.curves import Curves
 from eagle_tui.cli import main as cli_main
 from runbook.events import Notice, RunFinished
@@ -18,8 +18,10 @@ NUMBERED = re.compile(r"^train line (\d{5}) of 40$")
 
 
 def mirror_lines(path: str) -> list[str]:
-    """The mirror's lines as the pane shows them: `@@eagle3` machine lines made readable."""
-    return [readable(x) for x in open(path, "rb").read().decode().splitlines()]
+    """The mirror's lines as the pane shows them: `@@eagle3` machine lines made readable, the
+    progress records left to the progress bar (issue 28: not one log line per update)."""
+    lines = open(path, "rb").read().decode().splitlines()
+    return [readable(x) for x in lines if not is_progress(x)]
 
 
 async def test_quit_mid_job_then_reattach_without_gap_or_repeat(cockpit_env, capsys):
@@ -84,8 +86,10 @@ async def test_quit_mid_job_then_reattach_without_gap_or_repeat(cockpit_env, cap
         assert numbers == list(range(1, 41))  # every line exactly once, in order
         # issue 15 defect 5: progress and metrics readable, no raw JSON with 16-digit floats
         assert not any(x.startswith("@@eagle3") for x in log.lines)
-        assert "▸ train · 20/40 steps (50%)" in "\n".join(log.lines)
         assert any(x.startswith("▸ metrics · step 20 · loss ") for x in log.lines)
+        # issue 28: progress updates are the bar, not log lines (the full log keeps them)
+        assert not any(x.startswith("▸ train · ") for x in log.lines)
+        assert any('"kind":"progress"' in x for x in open(mirror).read().splitlines())
         assert curves.metrics.count == 8
         assert app2.record("train").progress["kind"] == "result"
         await pilot.press("n")

@@ -16,7 +16,7 @@ import pytest
 from eagle_tui.cli import main as cli_main
 
 from .helpers import JOB, RUNBOOKS
-from .tmux_driver import TmuxDriver
+from .tmux_driver import TmuxDriver, gate_line
 
 pytestmark = pytest.mark.skipif(
     not TmuxDriver.available(), reason="tmux is not installed (apt-get install tmux)"
@@ -82,7 +82,7 @@ def run_tmux_e2e(tmp_path, e2e_host_args, capsys, extra_env=None) -> None:
         tm.wait_for(r"Destructive step: wipe")
         tm.send_text("wipe")
         tm.keys("Enter")
-        tm.wait_for(r"waiting for .*release")  # the detached job sits at its gate
+        tm.wait_for(gate_line(work))  # the detached job sits at its gate
         tm.wait_for(r"train line 00020 of 40")
         tm.keys("q")  # quit in the middle of the detached job
         tm.wait_for(r"EXIT=0")

@@ -29,6 +29,14 @@ def cockpit_argv(runbook: Path, tmp_path: Path, *extra: str) -> list[str]:
     return argv + list(extra)
 
 
+def gate_line(work: Path) -> str:
+    """A pattern for train_job.py's gate line (`waiting for <work>/release`) on the screen. The
+    live log cuts a line at the pane's edge (it scrolls sideways, it does not wrap), and under
+    xdist the tmp path is longer (`popen-gwN/`), so `release` may be cut off: match the line's
+    start and the start of this test's own work dir."""
+    return "waiting for " + re.escape(str(work)[:16])
+
+
 def terminal_env(tmp_path: Path) -> dict[str, str]:
     """A clean terminal for the app: this test's spool and config, no animations."""
     return {

@@ -16,7 +16,7 @@ from textual.strip import Strip
 from textual.widgets import Log
 
 from eagle_tui.app.widgets.logs.feed import LogFeed, read_tail
-from eagle_tui.app.widgets.logs.readable import readable
+from eagle_tui.app.widgets.logs.readable import is_progress, readable
 from runbook.escape import terminal
 from runbook.mirror import resume_point
 
@@ -116,6 +116,8 @@ class LiveLog(Log):
             self._write(lines)
 
     def _write(self, lines: list[str]) -> None:
-        self.shown_lines += len(lines)
+        # progress records are the bar above the pane, not lines of it (the full log keeps them);
         # lines are escaped already; a record's fields are JSON-decoded again: escape them too
-        self.write_lines([terminal(readable(x)) for x in lines])
+        shown = [terminal(readable(x)) for x in lines if not is_progress(x)]
+        self.shown_lines += len(shown)
+        self.write_lines(shown)

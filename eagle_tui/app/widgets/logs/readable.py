@@ -1,6 +1,7 @@
 """`@@eagle3 {...}` machine lines as an operator reads them in the log pane (the full-log viewer
 and the mirror keep the raw line): progress as `step/total · rate · ETA`, metrics with 4
-significant figures instead of 16-digit floats."""
+significant figures instead of 16-digit floats. The live pane leaves progress records to the
+progress bar above it (`is_progress`): one line per update buried the job's own output."""
 
 from __future__ import annotations
 
@@ -20,6 +21,13 @@ def figure(v: Any) -> str:
     if isinstance(v, list) and all(isinstance(x, (int, float)) for x in v):
         return "/".join(figure(x) for x in v[:8]) + ("/…" if len(v) > 8 else "")
     return str(v)
+
+
+def is_progress(line: str) -> bool:
+    if not line.startswith(PREFIX):
+        return False
+    rec = parse(line)
+    return rec is not None and rec.get("kind") == "progress"
 
 
 def readable(line: str) -> str:

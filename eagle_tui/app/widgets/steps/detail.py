@@ -3,6 +3,7 @@ termination reason and exit code."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from textual.content import Content
@@ -13,8 +14,10 @@ from eagle_tui.app.literal import lines as join_lines
 from eagle_tui.app.literal import markup
 from eagle_tui.present import guards as guard_view
 from eagle_tui.present.status import ICONS, STYLES
+from runbook.events import RUNNING
 from runbook.schema import Step
 from runbook.state import StepRecord
+from runbook.units import format_duration
 
 
 def detail_markup(
@@ -43,6 +46,8 @@ def detail_markup(
     dur = duration_text(rec, now)
     if dur:
         facts.append(markup("time $v", v=dur))
+    if rec.status == RUNNING and rec.log_file:
+        facts.append(markup("$v", v=last_output(rec.log_file, now)))
     lines = [head]
     if facts:
         lines.append(Content("  ") + Content(" · ").join(facts))
@@ -62,6 +67,19 @@ def detail_markup(
             else markup("  [dim]no guards[/]")
         )
     return join_lines(lines)
+
+
+def last_output(log_file: str, now: float) -> str:
+    """`last output 35s ago`: a silent job shows it is silent. The mirror is appended as each
+    chunk arrives, so its mtime is when the job last wrote (as this client received it)."""
+    try:
+        st = os.stat(log_file)
+    except OSError:
+        return "no output yet"
+    if st.st_size == 0:
+        return "no output yet"
+    ago = now - st.st_mtime
+    return "last output just now" if ago < 1 else f"last output {format_duration(ago)} ago"
 
 
 class StepDetail(Static):
