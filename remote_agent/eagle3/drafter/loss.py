@@ -185,13 +185,25 @@ class HeadGrad:
 
     def __init__(self, master: torch.Tensor, dtype: torch.dtype, uses: int) -> None:
         with torch.no_grad():
-            self.low = master.detach().to(dtype)
-        self.master_dtype, self.uses, self.seen = master.dtype, uses, 0
+            self.low: torch.Tensor | None = master.detach().to(dtype)
+        self.master_dtype, self.uses, self.seen, self.forwards = master.dtype, uses, 0, 0
         acc = torch.promote_types(dtype, torch.float32)
         self.total = torch.zeros(master.shape, dtype=acc, device=master.device)
 
     def accumulate(self, g: torch.Tensor, h: torch.Tensor) -> None:
         mm_into(self.total, g.T, h)
+
+    def weight(self) -> torch.Tensor:
+        if self.low is None:
+            raise RuntimeError("shared lm_head: more forward calls than uses")
+        return self.low
+
+    def forward_done(self) -> None:
+        """After a use's forward: the last one drops the compute-dtype copy (backward only hands
+        the fp32 sum on), so it is not held through backward (0.43 GiB at the Kimi shape)."""
+        self.forwards += 1
+        if self.forwards >= self.uses:
+            self.low = None
 
     def hand_over(self, grad_out: torch.Tensor) -> torch.Tensor | None:
         """The master's gradient at the last use's backward (None before it). The sum was made
@@ -225,7 +237,7 @@ class _SoftCE(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h, weight, p, row_weight, scale, head: HeadGrad, chunk: int, compiled: bool):
         with torch.autocast(h.device.type, enabled=False):  # every dtype here is explicit
-            w = head.low
+            w = head.weight()
             n = h.shape[0]
             acc = torch.promote_types(h.dtype, torch.float32)
             grad_h = torch.empty_like(h)
@@ -240,6 +252,8 @@ class _SoftCE(torch.autograd.Function):
                 arg[lo : lo + chunk] = arg_c
                 grad_h[lo : lo + chunk] = g @ w
                 head.accumulate(g, hc)
+            del w
+            head.forward_done()
         ctx.save_for_backward(grad_h)
         ctx.head = head
         ctx.mark_non_differentiable(arg)

@@ -314,14 +314,16 @@ def _pow2(n: int) -> int:
 def _flex_causal(q, k, v, block_mask, scale, compiled=True):
     heads = q.shape[1]
     dv = v.shape[-1]
-    # The Triton kernels want power-of-two head widths (Kimi Llama: 112; MLA: 192 / 128): zero
-    # padding leaves q.k unchanged (scale is explicit) and the padded value columns are sliced off.
-    d = _pow2(max(q.shape[-1], dv))
-    if q.shape[-1] != d:
+    if q.shape[-1] != dv:  # MLA (192 / 128): both padded to one power of two, as measured
+        # zero padding leaves q.k unchanged (scale is explicit); padded value columns sliced off
+        d = _pow2(max(q.shape[-1], dv))
         q = torch.nn.functional.pad(q, (0, d - q.shape[-1]))
         k = torch.nn.functional.pad(k, (0, d - k.shape[-1]))
-    if dv != d:
         v = torch.nn.functional.pad(v, (0, d - dv))
+    # equal widths (Llama: 112) go in as they are: flex rounds a non-power-of-two head width up
+    # inside its kernels (masked loads; SpecForge 0.2.0 runs 112 so on the same torch). Padding
+    # here made a 128-wide copy of q, k0 and v0 per TTT step that flex kept for backward (7 x 3
+    # x 64 MiB at 4K, +1.4 GiB with the padded outputs) and their gradients' copies back.
     out, lse = _flex_fn(compiled)(
         q,
         k,
