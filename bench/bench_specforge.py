@@ -289,12 +289,13 @@ def worker_throughput(side: str, args) -> dict:
     stubs: list[str] = []
     if not side.startswith("ours"):  # before our trainer exists (see import_sf)
         stubs = import_sf(Path(args.wheel), device)
+    ns.host_embed = side.startswith("ours")  # SpecForge's draft copies our device embedding
     drafter, ctx, params, opt, config, backend = bench_train.build(ns, device)
     seq = 4096 if device != "cpu" else 256
     teacher = (ctx.lm_head, ctx.draft_ids)
     if args.workload == "full":
         batch, _ = bench_train.synthetic_batch(config, seq, 1, device, teacher=teacher)
-        units = [batch]
+        units = [bench_train.attach_embeds(batch, ctx, device)]
         docs = None
     else:
         tokens = seq * (3 if args.quick else 6)
@@ -303,7 +304,8 @@ def worker_throughput(side: str, args) -> dict:
             docs = bench_train.chat_docs(config, teacher, tokens, lengths=lengths)
         else:
             docs = bench_train.chat_docs(config, teacher, tokens)
-        units = bench_train.pack_docs(docs, seq, device) if side.startswith("ours") else None
+        ours = side.startswith("ours")
+        units = bench_train.pack_docs(docs, seq, device, ctx) if ours else None
     if side.startswith("ours"):
         from remote_agent.eagle3.drafter.train import forward_backward
 
@@ -353,7 +355,7 @@ def worker_throughput(side: str, args) -> dict:
     if side == "ours" and docs is not None:  # the same process (compile cache), same docs
         # equal tokens per step: bins of SpecForge's longest step (its longest conversation)
         eq_seq = max(d["ids"].numel() for d in docs)
-        eq_units = bench_train.pack_docs(docs, eq_seq, device)
+        eq_units = bench_train.pack_docs(docs, eq_seq, device, ctx)
         units = None
         res["equal_tokens"] = {
             "side": "ours_equal_tokens", "workload": args.workload, "seq": eq_seq,

@@ -198,9 +198,18 @@ def build(args, device):
     drafter.embed_tokens.to(cdtype)
     drafter.to(device)
     lm_head, embed = target_tensors(v, dims["hidden"], device, cdtype)
+    host_embed = None
     if not drafter.embed_tokens.weight.requires_grad:
         with torch.no_grad():
             drafter.embed_tokens.weight.copy_(embed)
+        # the trainer's default (train.embed_on_host): the frozen embedding stays on the host,
+        # each batch carries its rows (attach_embeds); off for the plain unroll and SpecForge
+        if getattr(args, "host_embed", not getattr(args, "plain", False)):
+            host_embed = embed.cpu()
+            drafter.embed_tokens.weight = torch.nn.Parameter(
+                embed.new_empty(0, embed.shape[1]), requires_grad=False
+            )
+    del embed
     tc = TrainSection(ttt_steps=args.ttt, compile=not args.no_compile)
     if getattr(args, "plain", False):  # every memory option off (bench_long_context's sets)
         step = TTTStep(drafter, tc.ttt_steps, tc.loss_chunk)
@@ -230,8 +239,20 @@ def build(args, device):
         bf16,
         Dist(),
         tc,
+        host_embed,
     )
     return drafter, ctx, params, opt, config, backend
+
+
+def attach_embeds(batch, ctx, device):
+    """The batch with the rows of the host embedding (the loader's Batch.embeds, on the
+    device like the rest of it) when the embedding stays on the host (build); else as it is."""
+    from remote_agent.eagle3.drafter.data import embed_rows
+
+    if ctx.host_embed is not None:
+        ids = batch.input_ids.cpu()
+        batch.embeds = embed_rows(ctx.host_embed, ids, ctx.steps).to(device)
+    return batch
 
 
 def teacher_states(lm_head, draft_ids, n: int, g):
@@ -297,20 +318,19 @@ def chat_docs(
     return out
 
 
-def pack_docs(docs: list[dict], seq: int, device) -> list:
-    """The trainer's packing (first fit, longest first here) and batch layout, on the device."""
+def pack_docs(docs: list[dict], seq: int, device, ctx=None) -> list:
+    """The trainer's packing (first fit, longest first here) and batch layout, on the device
+    (with the host embedding's rows where ctx keeps it there: attach_embeds)."""
     from remote_agent.eagle3.drafter.data import first_fit, packed_batch
 
     docs = sorted(docs, key=lambda d: -d["ids"].numel())
     bins = first_fit([d["ids"].numel() for d in docs], seq, window=len(docs))
-    return [
-        packed_batch(
-            [(docs[i]["ids"], docs[i]["aux"], docs[i]["final"], docs[i]["mask"]) for i in b],
-            seq,
-            [],
-        ).to(device)
-        for b in bins
-    ]
+    out = []
+    for b in bins:
+        parts = [(docs[i]["ids"], docs[i]["aux"], docs[i]["final"], docs[i]["mask"]) for i in b]
+        batch = packed_batch(parts, seq, []).to(device)
+        out.append(attach_embeds(batch, ctx, device) if ctx is not None else batch)
+    return out
 
 
 def run(args) -> dict:
@@ -324,6 +344,7 @@ def run(args) -> dict:
     batch, lengths = synthetic_batch(
         config, seq, args.docs, device, teacher=(ctx.lm_head, ctx.draft_ids)
     )
+    attach_embeds(batch, ctx, device)
     warmup, steps = (2, 4) if args.quick else (3, 10)
     if args.steps:
         steps = args.steps

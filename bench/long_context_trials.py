@@ -50,6 +50,7 @@ def _defaults() -> dict[str, bool]:
         "recompute_elementwise": tc.recompute_elementwise,
         "compile_loss": tc.compile_loss,
         "checkpoint_steps": tc.checkpoint_ttt_steps,
+        "embed_on_host": tc.embed_on_host is not False,  # null = on (one GPU, a dump)
     }
 
 
@@ -121,6 +122,7 @@ def make_side(side: str, args, device: str):
 
         import_sf(Path(args.wheel), device)
     opts = OPTION_SETS.get(side, {})
+    ns.host_embed = bool(opts.get("embed_on_host"))  # not a TTTStep attribute: build's
     checkpointed = bool(opts.get("checkpoint_steps"))
     if checkpointed:
         ns.no_compile = True  # compiled below as the trainer does under checkpointing
@@ -129,6 +131,8 @@ def make_side(side: str, args, device: str):
         from remote_agent.eagle3.drafter.train import compile_layer, forward_backward
 
         for name, value in opts.items():
+            if name == "embed_on_host":
+                continue
             assert hasattr(ctx.model, name), name
             setattr(ctx.model, name, value)
         if checkpointed and device == "cuda":
@@ -278,6 +282,7 @@ class Worker:
                     f"CUDA out of memory (tiny rehearsal: emulated at {seq})"
                 )
             b = device_batch(self.config, seq, dev, self.ctx.lm_head, self.ctx.draft_ids, seed=seq)
+            bench_train.attach_embeds(b, self.ctx, dev)  # the host embedding's rows (defaults)
             if dev == "cuda":
                 torch.cuda.reset_peak_memory_stats()
             for w in range(args.warmup):

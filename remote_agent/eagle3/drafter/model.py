@@ -269,6 +269,25 @@ class DecoderLayer(nn.Module):
         return residual + self.mlp(self.post_attention_layernorm(residual))
 
 
+class StepInputs:
+    """The input embeddings of every TTT step, from one [B, L + steps, H] tensor `ext` (the
+    embeddings of data.step_tokens: the packed ids, then token 0 for the positions past the
+    end, as data.step_targets pads): step k at position t reads token t+1+k, i.e. row 1+k+t.
+    Every step's rows are a view of `ext`, so an unroll makes one lookup (or none: the loader
+    gathers `ext` on the host, data.Loader) instead of one [L, H] copy per step that each step
+    kept for backward."""
+
+    def __init__(self, ext: torch.Tensor) -> None:
+        self.ext = ext
+
+    def step(self, k: int, n: int) -> torch.Tensor:
+        if self.ext.shape[1] < n + k + 1:
+            raise ValueError(
+                f"step inputs cover {self.ext.shape[1]} rows; step {k} needs {n + k + 1}"
+            )
+        return self.ext[:, 1 + k : 1 + k + n]
+
+
 class Eagle3Drafter(nn.Module):
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__()
@@ -327,10 +346,15 @@ class Eagle3Drafter(nn.Module):
 
     # -- training-time test --------------------------------------------------------------
 
+    def step_inputs(self, tokens: torch.Tensor) -> StepInputs:
+        """StepInputs from the ids of one packed sequence plus its pad ([B, L + steps]:
+        data.step_tokens): one embedding lookup for the whole unroll."""
+        return StepInputs(self.embed_tokens(tokens))
+
     def ttt(
         self,
         aux: torch.Tensor,
-        step_ids,
+        step_ids: list[torch.Tensor] | StepInputs,
         positions: torch.Tensor,
         attention,
         steps: int,
@@ -340,7 +364,8 @@ class Eagle3Drafter(nn.Module):
     ):
         """Unroll `steps` draft steps over a packed sequence; returns the pre-norm outputs.
 
-        step_ids[k] holds the input tokens of step k ([B, L]: token t+1+k at position t).
+        step_ids[k] holds the input tokens of step k ([B, L]: token t+1+k at position t), each
+        embedded in its step; or StepInputs: every step's embeddings as views of one lookup.
         `attention(q, k0, v0, ks, vs)` lets the step-k query at position t see the step-0 keys
         at positions <= t of its document plus the keys of steps 1..k at position t itself,
         exactly what the query of draft step k sees in SGLang's chain.
@@ -362,8 +387,10 @@ class Eagle3Drafter(nn.Module):
         ks: list[torch.Tensor] = []
         vs: list[torch.Tensor] = []
         outs = []
+        n = positions.shape[1]
         for k in range(steps):
-            ids_k, pos_k = step_ids[k], positions
+            pos_k = positions
+            ids_k = step_ids.step(k, n) if isinstance(step_ids, StepInputs) else step_ids[k]
             if k > 0 and rows is not None:
                 ids_k, pos_k = ids_k[:, rows], pos_k[:, rows]
                 if k == 1:
@@ -386,14 +413,16 @@ class Eagle3Drafter(nn.Module):
             hidden = self.next_hidden(out)
         return outs
 
-    def _step(self, hidden, ids, positions, attention, k0, v0, ks, vs, casts=None):
+    def _step(self, hidden, tokens, positions, attention, k0, v0, ks, vs, casts=None):
         """One draft step -> (pre-norm output, this step's key, value); step 0 when k0 is None.
-        casts: the layer's shared low-precision matrices (memory.SharedCasts) or None."""
+        tokens: the step's input ids, or their embeddings (StepInputs). casts: the layer's
+        shared low-precision matrices (memory.SharedCasts) or None."""
         from remote_agent.eagle3.drafter.memory import layer_weights
 
         layer = self.midlayer
+        emb = tokens if tokens.is_floating_point() else self.embed_tokens(tokens)
         with layer_weights(layer, casts):
-            q, kk, vv, residual = layer.pre(hidden, self.embed_tokens(ids), positions)
+            q, kk, vv, residual = layer.pre(hidden, emb, positions)
             if k0 is None:
                 k0, v0 = kk, vv
             else:

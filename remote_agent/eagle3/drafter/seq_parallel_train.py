@@ -27,9 +27,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from remote_agent.eagle3.drafter.data import StepTargets, step_targets
+from remote_agent.eagle3.drafter.data import StepTargets, step_targets, step_tokens
 from remote_agent.eagle3.drafter.loss import HeadGrad, Teacher, soft_ce_scaled, teacher
 from remote_agent.eagle3.drafter.memory import check_handed_over, recomputed, unroll_casts
+from remote_agent.eagle3.drafter.model import StepInputs
 from remote_agent.eagle3.drafter.seq_parallel import SeqParallelAttention
 from remote_agent.eagle3.drafter.simulate import chain_depth
 from remote_agent.eagle3.drafter.ttt_attention import BLOCK
@@ -97,8 +98,13 @@ def sp_forward_backward(
     assert p_all is not None  # the teacher's p, freed after the forward below
     with c.autocast:
         casts = unroll_casts(d.midlayer, steps, module.cast_weights_once)
+        # step k at t reads row 1+k+t of the batch's step tokens: this rank's rows lo..hi+steps
+        inputs = (
+            StepInputs(b.embeds[:, lo : hi + steps]) if b.embeds is not None
+            else d.step_inputs(step_tokens(b.input_ids, steps)[:, lo : hi + steps])
+        )  # fmt: skip
         outs = d.ttt(
-            aux[:, lo:hi], [x[:, lo:hi] for x in st.ids], b.positions[:, lo:hi], attention, steps,
+            aux[:, lo:hi], inputs, b.positions[:, lo:hi], attention, steps,
             None, module.checkpoint_steps, casts,
         )  # fmt: skip
         norm = partial(recomputed, d.norm) if module.recompute_elementwise else d.norm

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from remote_agent.eagle3.distributed import Dist
-from remote_agent.eagle3.drafter.data import step_targets
+from remote_agent.eagle3.drafter.data import step_targets, step_tokens
 from remote_agent.eagle3.drafter.loss import HeadGrad, soft_ce_scaled, teacher
 from remote_agent.eagle3.drafter.memory import (
     SharedCasts,
@@ -23,7 +23,7 @@ from remote_agent.eagle3.drafter.memory import (
     recomputed,
     unroll_casts,
 )
-from remote_agent.eagle3.drafter.model import Eagle3Drafter
+from remote_agent.eagle3.drafter.model import Eagle3Drafter, StepInputs
 from remote_agent.eagle3.drafter.simulate import chain_depth
 from remote_agent.eagle3.drafter.ttt_attention import TTTAttention
 
@@ -61,15 +61,19 @@ class TTTStep(nn.Module):
             tc.recompute_elementwise, tc.compile_loss and compiled,
         )  # fmt: skip
 
-    def forward(self, aux, ids, positions, attention, p, weights, plan: RowPlan, scales):
+    def forward(self, aux, tokens, positions, attention, p, weights, plan: RowPlan, scales):
         """Per TTT step: (scale x weighted CE sum: the objective's terms, weighted CE sum, draft
-        argmax per position; -1 where not computed). scales [steps] fp32: each step's weight
-        over its valid count (times the world size under DDP's mean)."""
+        argmax per position; -1 where not computed). tokens: data.step_tokens of the batch
+        ([1, L + steps] ids, looked up once here) or their embeddings (Batch.embeds, gathered
+        on the host). scales [steps] fp32: each step's weight over its valid count (times the
+        world size under DDP's mean)."""
         d = self.drafter
         self.casts = unroll_casts(d.midlayer, self.steps, self.cast_weights_once)
+        inputs = StepInputs(tokens) if tokens.is_floating_point() else d.step_inputs(tokens)
         outs = d.ttt(
-            aux, ids, positions, attention, self.steps, plan.rows, self.checkpoint_steps, self.casts
-        )
+            aux, inputs, positions, attention, self.steps, plan.rows, self.checkpoint_steps,
+            self.casts,
+        )  # fmt: skip
         norm = partial(recomputed, d.norm) if self.recompute_elementwise else d.norm
         n = aux.shape[1]
         terms, losses, args = [], [], []
@@ -166,6 +170,9 @@ class StepContext:
     bf16: bool
     dist: Dist
     tc: Any  # TrainSection
+    # the frozen embedding kept on the host (train.embed_on_host): batches carry its rows
+    # (Batch.embeds); None = on the device (the drafter's own)
+    host_embed: torch.Tensor | None = None
 
 
 @dataclass
@@ -228,9 +235,10 @@ def forward_backward(c: StepContext, b, step: int) -> StepOut:
         compile_merge=tc.compile and aux.is_cuda,
     )  # fmt: skip
     scales = step_scales(c.step_w, counts, c.dist.world)
+    tokens = b.embeds if b.embeds is not None else step_tokens(b.input_ids, c.steps)
     with c.autocast:
         terms, losses, args = c.model(
-            aux, st.ids, b.positions, attention, tch.p, weights, plan, scales
+            aux, tokens, b.positions, attention, tch.p, weights, plan, scales
         )
     tch.p = None  # the fused loss needs the teacher in forward only: freed before backward
     torch.stack(terms).sum().backward()

@@ -11,6 +11,7 @@ from test_drafter_skip_rows import chat_batch, vocab
 
 from remote_agent.eagle3.distributed import Dist
 from remote_agent.eagle3.drafter.config import TrainSection
+from remote_agent.eagle3.drafter.data import embed_rows
 from remote_agent.eagle3.drafter.loss import soft_ce, soft_ce_reference
 from remote_agent.eagle3.drafter.parallel import wrap
 from remote_agent.eagle3.drafter.train import compile_layer
@@ -21,7 +22,7 @@ def run(
     arch: str, backend: str, skip: bool, checkpoint: bool,
     cast: bool = False, elementwise: bool = False, bf16: bool = False, hook=None,
     compile_loss: bool = False, compiled: bool = False, dist: Dist | None = None,
-    loss_chunk: int = 7,
+    loss_chunk: int = 7, host_embeds: bool = False,
 ):  # fmt: skip
     """One trainer step; bf16: under CPU bf16 autocast without its cast cache (a cast per use,
     as the compiled GPU step does), the fp32 masters and aux as the trainer keeps them.
@@ -59,6 +60,10 @@ def run(
     b = chat_batch(seed=dist.rank)
     if bf16:
         b.aux, b.final = b.aux.to(torch.bfloat16), b.final.to(torch.bfloat16)
+    if host_embeds:  # the loader's rows (train.embed_on_host); the drafter's own left empty
+        table = drafter.embed_tokens.weight.detach().clone()
+        b.embeds = embed_rows(table, b.input_ids, tc.ttt_steps)
+        drafter.embed_tokens.weight = torch.nn.Parameter(table[:0], requires_grad=False)
     if hook is None:
         out = forward_backward(ctx, b, 0)
     else:
@@ -123,6 +128,20 @@ def test_middle_options_equal_the_plain_unroll(arch, skip, bf16, opts, monkeypat
         assert_same(lean, g_lean, plain, g_plain)
     for a, b in zip(lean.args, plain.args, strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("opts", ["mid", "all"])
+def test_host_gathered_embeddings_equal_the_device_lookup(bf16, opts):
+    """train.embed_on_host: the step reads the loader's rows (Batch.embeds) and never the
+    drafter's embedding (left empty here: a lookup would fail): bit for bit the step that looks
+    the rows up on the device, with and without per-step checkpointing."""
+    checkpoint, cast, elementwise = MIDDLE[opts]
+    ref, g_ref = run("llama", "chunked", True, checkpoint, cast, elementwise, bf16=bf16)
+    got, g_got = run(
+        "llama", "chunked", True, checkpoint, cast, elementwise, bf16=bf16, host_embeds=True
+    )
+    assert_same(got, g_got, ref, g_ref, rtol=0, atol=0, loss_rtol=0)
 
 
 def saved_bytes(**opts) -> int:
