@@ -41,7 +41,7 @@ H200_PEAK = 790e12
 # the defaults plus per-step checkpointing, for the longest sequences
 
 
-def _defaults() -> dict[str, bool]:
+def _defaults() -> dict[str, Any]:
     from remote_agent.eagle3.drafter.config import TrainSection
 
     tc = TrainSection()
@@ -51,10 +51,11 @@ def _defaults() -> dict[str, bool]:
         "compile_loss": tc.compile_loss,
         "checkpoint_steps": tc.checkpoint_ttt_steps,
         "embed_on_host": tc.embed_on_host is not False,  # null = on (one GPU, a dump)
+        "shard_tokens": tc.shard_tokens,
     }
 
 
-OPTION_SETS: dict[str, dict[str, bool]] = {
+OPTION_SETS: dict[str, dict[str, Any]] = {
     "ours": {},
     "ours_mid": _defaults(),
     "ours_lean": {**_defaults(), "checkpoint_steps": True},
@@ -131,6 +132,9 @@ def make_side(side: str, args, device: str):
         from remote_agent.eagle3.drafter.train import compile_layer, forward_backward
 
         for name, value in opts.items():
+            if name == "shard_tokens":  # a train.* option: the step reads it from ctx.tc
+                ctx.tc = dataclasses.replace(ctx.tc, shard_tokens=value)
+                continue
             if name == "embed_on_host":
                 continue
             assert hasattr(ctx.model, name), name

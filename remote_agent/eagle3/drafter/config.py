@@ -20,7 +20,9 @@ from typing import Any
 from remote_agent.eagle3.errors import BadInput
 
 
-def doc(text: str, default: Any = dataclasses.MISSING, choices: tuple | None = None, **kw: Any):
+def doc(
+    text: str, default: Any = dataclasses.MISSING, choices: tuple | None = None, **kw: Any
+) -> Any:
     """A dataclass field carrying its documentation (and allowed values) in metadata."""
     meta = {"doc": text, "choices": choices}
     if isinstance(default, list | dict):
@@ -203,6 +205,13 @@ class TrainSection:
         "to eager if it cannot compile); applied where the layer is compiled (CUDA, "
         "train.compile)",
         True,
+    )
+    shard_tokens: int = doc(
+        "a batch longer than this trains in query shards of this many positions, one after "
+        "another against the step-0 keys and values of all positions (exact: the same loss and "
+        "gradients; activation memory of one shard, so 128K-token samples fit one GPU); one "
+        "process only (not DDP/FSDP: use sequence_parallel there); a multiple of 128; 0 = off",
+        16384,
     )
     embed_on_host: bool | None = doc(
         "the frozen target embedding stays in host memory and the loader gathers each batch's "

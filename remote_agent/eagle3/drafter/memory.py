@@ -56,7 +56,8 @@ class GradSum:
     more traffic per step and matrix set on the Kimi shape; 0.4288 -> 0.4134 s per 4K step on
     one H200: bench/results/profile-4k/2026-12-02a-gradsum.json). Same values in the same order, so bit for bit what autocast's per-use casts
     give. The last use hands the sum to the master (its AccumulateGrad, so DDP/FSDP hooks fire
-    as usual)."""
+    as usual). uses 0: open-ended (a step of several backward passes whose use counts differ
+    by matrix, shards.py): nothing is handed over until SharedCasts.finish."""
 
     def __init__(self, uses: int) -> None:
         self.uses, self.seen = uses, 0
@@ -68,7 +69,7 @@ class GradSum:
         else:
             add_into(self.total, grad)
         self.seen += 1
-        if self.seen < self.uses:
+        if self.uses == 0 or self.seen < self.uses:
             return None
         total, self.total, self.seen = self.total, None, 0
         return total
@@ -94,6 +95,7 @@ class SharedCasts:
     GradSum)} (norm vectors stay fp32: the norms compute in fp32 from them)."""
 
     def __init__(self, layer: nn.Module, dtype: torch.dtype, uses: int) -> None:
+        """uses: the TTT steps of the unroll, or 0: open-ended sums (finish hands them over)."""
         self.items: dict[str, tuple[nn.Parameter, torch.Tensor, GradSum]] = {}
         for name, p in layer.named_parameters():
             if p.ndim == 2 and p.dtype != dtype:
@@ -105,6 +107,14 @@ class SharedCasts:
         """Matrices whose gradient sum was started but not handed over (a step's backward
         missing): empty after every complete backward."""
         return [name for name, (_, _, g) in self.items.items() if g.seen]
+
+    def finish(self) -> None:
+        """Open-ended sums (GradSum uses 0) to their masters' .grad, added to what is there:
+        after the last backward pass of a step made of several (shards.py)."""
+        for master, _, g in self.items.values():
+            if g.total is not None:
+                master.grad = g.total if master.grad is None else master.grad + g.total
+            g.total, g.seen = None, 0
 
 
 def unroll_casts(layer: nn.Module, uses: int, enabled: bool) -> SharedCasts | None:

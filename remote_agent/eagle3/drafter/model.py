@@ -361,6 +361,7 @@ class Eagle3Drafter(nn.Module):
         rows: torch.Tensor | None = None,
         checkpoint: bool = False,
         casts: SharedCasts | None = None,
+        hidden0: torch.Tensor | None = None,
     ):
         """Unroll `steps` draft steps over a packed sequence; returns the pre-norm outputs.
 
@@ -381,8 +382,10 @@ class Eagle3Drafter(nn.Module):
         `steps` uses) and shared by its steps, instead of once per step and call (autocast under
         torch.compile keeps a copy per step for backward). Gradients still reach the fp32 masters
         per step and accumulate there in fp32, as with autocast.
+
+        hidden0: project(aux) already made (a shard of a long sequence: shards.py); aux unused.
         """
-        hidden = self.project(aux)
+        hidden = self.project(aux) if hidden0 is None else hidden0
         k0 = v0 = None
         ks: list[torch.Tensor] = []
         vs: list[torch.Tensor] = []

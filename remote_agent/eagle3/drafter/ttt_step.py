@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from remote_agent.eagle3.distributed import Dist
+from remote_agent.eagle3.drafter import shards
 from remote_agent.eagle3.drafter.data import step_targets, step_tokens
 from remote_agent.eagle3.drafter.loss import HeadGrad, soft_ce_scaled, teacher
 from remote_agent.eagle3.drafter.memory import (
@@ -206,10 +207,15 @@ def step_scales(step_w: list[float], counts: torch.Tensor, world: int) -> torch.
 
 
 def forward_backward(c: StepContext, b, step: int) -> StepOut:
-    """Teacher, TTT unroll, per-step soft CE normalised by valid tokens, backward."""
+    """Teacher, TTT unroll, per-step soft CE normalised by valid tokens, backward. A batch
+    longer than train.shard_tokens (one process) runs its unroll in query shards (shards.py)."""
     tc, n = c.tc, b.input_ids.shape[1]
     st = step_targets(b, c.steps)
-    tch = teacher(b.final[0], c.lm_head, c.draft_ids, c.t2d, tc.teacher_chunk, tc.teacher_fp32)
+    in_shards = shards.applies(c, n)
+    tch = teacher(
+        b.final[0], c.lm_head, c.draft_ids, c.t2d, tc.teacher_chunk, tc.teacher_fp32,
+        keep_p=not in_shards,  # shards make p of their own rows
+    )  # fmt: skip
     # loss weight of step k at t: supervised, inside the document, teacher argmax drafted
     weights = []
     for k in range(c.steps):
@@ -219,15 +225,14 @@ def forward_backward(c: StepContext, b, step: int) -> StepOut:
     counts = c.dist.all_reduce_sum(torch.stack([w.sum() for w in weights]))
     depth = min(chain_depth(tc.sim_steps, tc.sim_topk, tc.sim_draft_tokens), c.steps)
     sim_valid = chain_starts(st, b.loss_mask, depth)
-    plan = RowPlan.build(weights, sim_valid, depth, tc.skip_idle_rows)
-    aux = b.aux if c.bf16 else b.aux.float()
-    if tc.noise_std > 0:  # relative to each token's RMS; seeded by (seed, step, rank)
-        g = torch.Generator(device=aux.device).manual_seed(
-            tc.seed * 1_000_003 + step * 1009 + c.dist.rank
+    aux = step_aux(c, b, step)
+    if in_shards:
+        losses, args, tch = shards.sharded_forward_backward(
+            c, b, step, aux, weights, counts, st, tch
         )
-        rms = aux.float().pow(2).mean(-1, keepdim=True).sqrt()
-        noise = torch.randn(aux.shape, generator=g, device=aux.device) * rms * tc.noise_std
-        aux = (aux.float() + noise).to(aux.dtype)
+        plan = RowPlan(None, [None] * c.steps, [None] * c.steps)  # every row ran every step
+        return StepOut(losses, args, weights, counts, st, tch, sim_valid, plan)
+    plan = RowPlan.build(weights, sim_valid, depth, tc.skip_idle_rows)
     step_module = getattr(c.model, "module", c.model)  # DDP keeps it as .module
     merge = bool(getattr(step_module, "recompute_elementwise", False))
     attention = TTTAttention(
@@ -245,3 +250,18 @@ def forward_backward(c: StepContext, b, step: int) -> StepOut:
     check_handed_over(step_module.casts, step_module.head)
     step_module.casts = step_module.head = None  # their bf16 copies die with the step
     return StepOut(losses, args, weights, counts, st, tch, sim_valid, plan)
+
+
+def step_aux(c: StepContext, b, step: int) -> torch.Tensor:
+    """The batch's aux states as the step uses them: fp32 unless bf16, plus train.noise_std
+    noise relative to each token's RMS, seeded by (seed, step, rank)."""
+    tc = c.tc
+    aux = b.aux if c.bf16 else b.aux.float()
+    if tc.noise_std > 0:
+        g = torch.Generator(device=aux.device).manual_seed(
+            tc.seed * 1_000_003 + step * 1009 + c.dist.rank
+        )
+        rms = aux.float().pow(2).mean(-1, keepdim=True).sqrt()
+        noise = torch.randn(aux.shape, generator=g, device=aux.device) * rms * tc.noise_std
+        aux = (aux.float() + noise).to(aux.dtype)
+    return aux
