@@ -15,13 +15,14 @@ from remote_agent.eagle3.distributed import Dist
 from remote_agent.eagle3.drafter import shards
 from remote_agent.eagle3.drafter.config import TrainSection
 from remote_agent.eagle3.drafter.data import embed_rows
+from remote_agent.eagle3.drafter.train import compile_layer
 from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep, forward_backward
 
 
 def run(
     arch: str, shard: int, bf16: bool = False, backend: str = "chunked", noise: float = 0.0,
     checkpoint: bool = False, cast: bool = False, elementwise: bool = False,
-    host_embeds: bool = False, calls: list | None = None,
+    host_embeds: bool = False, calls: list | None = None, compiled: bool = False,
 ):  # fmt: skip
     """One trainer step on chat_batch (60 positions, 3 documents and padding); shard 0 = the
     one-pass step."""
@@ -36,8 +37,10 @@ def run(
     )  # fmt: skip
     module = TTTStep(
         drafter, tc.ttt_steps, 7, checkpoint_steps=checkpoint, cast_weights_once=cast,
-        recompute_elementwise=elementwise,
+        recompute_elementwise=elementwise, compile_loss=compiled,
     )  # fmt: skip
+    if compiled:  # as the trainer compiles on CUDA (here Inductor's CPU backend)
+        compile_layer(drafter, checkpointed=checkpoint)
     ctx = StepContext(
         module, lm_head.to(torch.bfloat16) if bf16 else lm_head, drafter.draft_ids(),
         drafter.t2d, tc.ttt_steps, [tc.step_weight**k for k in range(tc.ttt_steps)],
@@ -117,6 +120,23 @@ def test_shards_equal_the_one_pass_step_in_bf16(opts):
         )
 
     assert err(g_got) <= 1.1 * err(g_ref), (err(g_got), err(g_ref))
+
+
+@pytest.mark.parametrize("opts", ["mid", "lean"])
+def test_compiled_shards_equal_the_eager_ones(opts, monkeypatch):
+    """What runs on CUDA, compiled here by Inductor's CPU backend: the layer halves (step 0's
+    projections without a graph in phase 1, with it in the shards and in phase 3; a short last
+    shard), the norm, the TTT merge and the soft CE: the eager sharded step's values."""
+    from remote_agent.eagle3.drafter import ttt_attention
+
+    merge_fn = ttt_attention._merge_fn
+    checkpoint = opts == "lean"
+    eager, g_eager = run("llama", 16, checkpoint=checkpoint, cast=True, elementwise=True)
+    monkeypatch.setattr(ttt_attention, "_merge_fn", lambda compiled: merge_fn(True))
+    comp, g_comp = run(
+        "llama", 16, checkpoint=checkpoint, cast=True, elementwise=True, compiled=True
+    )
+    compare(comp, g_comp, eager, g_eager, rtol=1e-4, atol=1e-5)
 
 
 def test_shards_apply_to_long_batches_of_one_process_only():
