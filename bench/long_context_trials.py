@@ -50,6 +50,7 @@ def _defaults() -> dict[str, Any]:
         "recompute_elementwise": tc.recompute_elementwise,
         "compile_loss": tc.compile_loss,
         "checkpoint_steps": tc.checkpoint_ttt_steps,
+        "embed_once": tc.embed_once,
         "embed_on_host": tc.embed_on_host is not False,  # null = on (one GPU, a dump)
         "shard_tokens": tc.shard_tokens,
     }

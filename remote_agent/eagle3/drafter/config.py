@@ -206,6 +206,13 @@ class TrainSection:
         "train.compile)",
         True,
     )
+    embed_once: bool = doc(
+        "the embedding half of the layer's input projections (q/k/v; MLA: q_a, kv_a) computed "
+        "once per unroll over the L + ttt_steps rows instead of once per TTT step (every step's "
+        "embeddings are shifted rows of one sequence): the same sums, 12 % fewer FLOPs at the "
+        "Kimi shape; within bf16 rounding (the two halves are rounded before their sum)",
+        True,
+    )
     shard_tokens: int = doc(
         "a batch longer than this trains in query shards of this many positions, one after "
         "another against the step-0 keys and values of all positions (exact: the same loss and "

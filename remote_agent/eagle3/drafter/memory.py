@@ -68,6 +68,18 @@ class GradSum:
             self.total = grad.to(dtype)
         else:
             add_into(self.total, grad)
+        return self._count()
+
+    def add_cols(
+        self, grad: torch.Tensor, dtype: torch.dtype, shape: torch.Size, lo: int, hi: int
+    ) -> torch.Tensor | None:
+        """A use of the columns lo..hi-1 only (a half of an input projection: SharedCastCols)."""
+        if self.total is None:
+            self.total = grad.new_zeros(shape, dtype=dtype)
+        add_into(self.total[:, lo:hi], grad)
+        return self._count()
+
+    def _count(self) -> torch.Tensor | None:
         self.seen += 1
         if self.uses == 0 or self.seen < self.uses:
             return None
@@ -90,18 +102,40 @@ class SharedCast(torch.autograd.Function):
         return ctx.grads.add(grad, ctx.dtype), None, None
 
 
+class SharedCastCols(torch.autograd.Function):
+    """SharedCast of the columns lo..hi-1 of a matrix: its gradient is added to those columns of
+    the master's fp32 GradSum (no full-size gradient of a slice per use)."""
+
+    @staticmethod
+    def forward(ctx, master, low_cols, grads: GradSum, lo: int, hi: int) -> torch.Tensor:
+        ctx.dtype, ctx.shape, ctx.grads, ctx.cols = master.dtype, master.shape, grads, (lo, hi)
+        return low_cols.view_as(low_cols)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        total = ctx.grads.add_cols(grad, ctx.dtype, ctx.shape, *ctx.cols)
+        return total, None, None, None, None
+
+
 class SharedCasts:
     """The layer's matrices cast once for an unroll of `uses` steps: {name: (master, low copy,
-    GradSum)} (norm vectors stay fp32: the norms compute in fp32 from them)."""
+    GradSum)} (norm vectors stay fp32: the norms compute in fp32 from them). split: the input
+    projections are used by halves (DecoderLayer.pre_parts: each TTT step its hidden half, the
+    unroll once its embedding half), one more use each."""
 
-    def __init__(self, layer: nn.Module, dtype: torch.dtype, uses: int) -> None:
+    def __init__(
+        self, layer: nn.Module, dtype: torch.dtype, uses: int, split: bool = False
+    ) -> None:
         """uses: the TTT steps of the unroll, or 0: open-ended sums (finish hands them over)."""
         self.items: dict[str, tuple[nn.Parameter, torch.Tensor, GradSum]] = {}
+        attn = getattr(layer, "self_attn", None)
+        halves = {id(p.weight) for p in attn.in_projs()} if split and attn is not None else set()
         for name, p in layer.named_parameters():
             if p.ndim == 2 and p.dtype != dtype:
                 with torch.no_grad():
                     low = p.detach().to(dtype)
-                self.items[name] = (p, low, GradSum(uses))
+                extra = 1 if uses and id(p) in halves else 0
+                self.items[name] = (p, low, GradSum(uses + extra))
 
     def unfinished(self) -> list[str]:
         """Matrices whose gradient sum was started but not handed over (a step's backward
@@ -117,13 +151,33 @@ class SharedCasts:
             g.total, g.seen = None, 0
 
 
-def unroll_casts(layer: nn.Module, uses: int, enabled: bool) -> SharedCasts | None:
-    """The shared casts for an unroll of `uses` steps (each uses every matrix once) when
-    `enabled` (train.cast_weights_once) and autocast is on: its dtype; else None."""
+def unroll_casts(
+    layer: nn.Module, uses: int, enabled: bool, split: bool = False
+) -> SharedCasts | None:
+    """The shared casts for an unroll of `uses` steps (each uses every matrix once; split: the
+    input projections by halves, SharedCasts) when `enabled` (train.cast_weights_once) and
+    autocast is on: its dtype; else None."""
     dev = next(layer.parameters()).device.type
     if not (enabled and torch.is_autocast_enabled(dev)):
         return None
-    return SharedCasts(layer, torch.get_autocast_dtype(dev), uses)
+    return SharedCasts(layer, torch.get_autocast_dtype(dev), uses, split)
+
+
+def input_halves(layer: nn.Module, casts: SharedCasts | None, half: str) -> list[torch.Tensor]:
+    """The `half` ("embed": columns 0..H-1, "hidden": H..2H-1) of each input projection's
+    weight (DecoderLayer.pre_parts), through a SharedCastCols node each (its gradient to the
+    fp32 sum of those columns), or the master's slice without casts."""
+    projs: list[nn.Linear] = layer.self_attn.in_projs()  # type: ignore[union-attr, operator]
+    h = projs[0].weight.shape[1] // 2
+    lo, hi = (0, h) if half == "embed" else (h, 2 * h)
+    if casts is None or not casts.items:
+        return [p.weight[:, lo:hi] for p in projs]
+    by_id = {id(master): (master, low, g) for master, low, g in casts.items.values()}
+    out = []
+    for p in projs:
+        master, low, grads = by_id[id(p.weight)]
+        out.append(SharedCastCols.apply(master, low[:, lo:hi], grads, lo, hi))
+    return out
 
 
 def check_handed_over(casts: SharedCasts | None, head=None) -> None:

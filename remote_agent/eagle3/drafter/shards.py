@@ -147,7 +147,7 @@ def sharded_forward_backward(c, b, step: int, aux: torch.Tensor, weights, counts
     norm = partial(recomputed, d.norm) if module.recompute_elementwise else d.norm
     compile_merge = bool(tc.compile and aux.is_cuda)
     with c.autocast:
-        casts = unroll_casts(d.midlayer, 0, module.cast_weights_once)  # open-ended sums
+        casts = unroll_casts(d.midlayer, 0, module.cast_weights_once, module.embed_once)
         inputs = StepInputs(tokens) if tokens.is_floating_point() else d.step_inputs(tokens)
         hidden0 = d.project(aux)
         h0 = hidden0.detach().requires_grad_()
@@ -168,6 +168,7 @@ def sharded_forward_backward(c, b, step: int, aux: torch.Tensor, weights, counts
             outs = d.ttt(
                 aux, StepInputs(inputs.ext[:, lo : hi + steps]), b.positions[:, lo:hi],
                 attention, steps, None, module.checkpoint_steps, casts, hidden0=h0[:, lo:hi],
+                embed_once=module.embed_once,
             )  # fmt: skip
             for k, out in enumerate(outs):
                 m = max(0, min(hi, n - 1 - k) - lo)  # this shard's t with a teacher at t+1+k

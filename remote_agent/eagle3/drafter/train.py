@@ -71,6 +71,7 @@ def compile_layer(drafter: Eagle3Drafter, checkpointed: bool) -> None:
     TTT merge is compiled by the attention itself (ttt_attention._merge_fn)."""
     dynamic = True if checkpointed else None
     drafter.midlayer.pre = torch.compile(drafter.midlayer.pre, dynamic=dynamic)
+    drafter.midlayer.pre_parts = torch.compile(drafter.midlayer.pre_parts, dynamic=dynamic)
     drafter.midlayer.post = torch.compile(drafter.midlayer.post, dynamic=dynamic)
     drafter.norm.forward = torch.compile(drafter.norm.forward, dynamic=True)
 

@@ -41,6 +41,7 @@ class TTTStep(nn.Module):
         cast_weights_once: bool = False,
         recompute_elementwise: bool = False,
         compile_loss: bool = False,
+        embed_once: bool = False,
     ) -> None:
         super().__init__()
         self.drafter, self.steps, self.loss_chunk = drafter, steps, loss_chunk
@@ -50,6 +51,8 @@ class TTTStep(nn.Module):
         self.cast_weights_once = cast_weights_once
         self.recompute_elementwise = recompute_elementwise
         self.compile_loss = compile_loss  # the soft CE's chunk math as compiled kernels
+        # the input projections' embedding half once per unroll (model.ttt): exact to rounding
+        self.embed_once = embed_once
         self.casts: SharedCasts | None = None  # the last unroll's (checked after backward)
         self.head: HeadGrad | None = None  # the last unroll's shared lm_head
 
@@ -59,7 +62,7 @@ class TTTStep(nn.Module):
         cast_weights_once and compile as train.resolved_options resolved them."""
         return cls(
             drafter, tc.ttt_steps, tc.loss_chunk, tc.checkpoint_ttt_steps, cast_once,
-            tc.recompute_elementwise, tc.compile_loss and compiled,
+            tc.recompute_elementwise, tc.compile_loss and compiled, tc.embed_once,
         )  # fmt: skip
 
     def forward(self, aux, tokens, positions, attention, p, weights, plan: RowPlan, scales):
@@ -69,11 +72,11 @@ class TTTStep(nn.Module):
         on the host). scales [steps] fp32: each step's weight over its valid count (times the
         world size under DDP's mean)."""
         d = self.drafter
-        self.casts = unroll_casts(d.midlayer, self.steps, self.cast_weights_once)
+        self.casts = unroll_casts(d.midlayer, self.steps, self.cast_weights_once, self.embed_once)
         inputs = StepInputs(tokens) if tokens.is_floating_point() else d.step_inputs(tokens)
         outs = d.ttt(
             aux, inputs, positions, attention, self.steps, plan.rows, self.checkpoint_steps,
-            self.casts,
+            self.casts, embed_once=self.embed_once,
         )  # fmt: skip
         norm = partial(recomputed, d.norm) if self.recompute_elementwise else d.norm
         n = aux.shape[1]

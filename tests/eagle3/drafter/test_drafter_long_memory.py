@@ -22,7 +22,7 @@ def run(
     arch: str, backend: str, skip: bool, checkpoint: bool,
     cast: bool = False, elementwise: bool = False, bf16: bool = False, hook=None,
     compile_loss: bool = False, compiled: bool = False, dist: Dist | None = None,
-    loss_chunk: int = 7, host_embeds: bool = False,
+    loss_chunk: int = 7, host_embeds: bool = False, embed_once: bool = False,
 ):  # fmt: skip
     """One trainer step; bf16: under CPU bf16 autocast without its cast cache (a cast per use,
     as the compiled GPU step does), the fp32 masters and aux as the trainer keeps them.
@@ -38,6 +38,7 @@ def run(
     module = TTTStep(
         drafter, tc.ttt_steps, loss_chunk, checkpoint_steps=checkpoint,
         cast_weights_once=cast, recompute_elementwise=elementwise, compile_loss=compile_loss,
+        embed_once=embed_once,
     )  # fmt: skip
     if compiled:
         compile_layer(drafter, checkpointed=checkpoint)
@@ -142,6 +143,45 @@ def test_host_gathered_embeddings_equal_the_device_lookup(bf16, opts):
         "llama", "chunked", True, checkpoint, cast, elementwise, bf16=bf16, host_embeds=True
     )
     assert_same(got, g_got, ref, g_ref, rtol=0, atol=0, loss_rtol=0)
+
+
+@pytest.mark.parametrize("arch", ["llama", "mla"])
+@pytest.mark.parametrize("skip", [False, True])
+@pytest.mark.parametrize("opts", list(MIDDLE), ids=list(MIDDLE))
+def test_embedding_half_once_equals_the_plain_unroll_in_fp32(arch, skip, opts):
+    """train.embed_once: the input projections' embedding half is one matmul per unroll and
+    each TTT step adds its rows to its hidden half (model.ttt, DecoderLayer.pre_parts): in fp32
+    the plain unroll's losses, gradients and argmax to rounding, with idle-row skipping (a
+    subset of the rows) and every memory option (shared casts off in fp32: masters' slices)."""
+    plain, g_plain = run(arch, "chunked", skip, False)
+    got, g_got = run(arch, "chunked", skip, *MIDDLE[opts], embed_once=True)
+    assert_same(got, g_got, plain, g_plain, rtol=1e-5, atol=1e-6)
+    for a, b in zip(got.args, plain.args, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("arch", ["llama", "mla"])
+@pytest.mark.parametrize("opts", ["cast", "mid", "all"])
+def test_embedding_half_once_in_bf16_is_as_close_to_fp32_as_the_plain_unroll(arch, opts):
+    """Under bf16 autocast each half is rounded before their sum (one more rounding of the
+    projections' inputs to q/k/v): within bf16 rounding of the plain unroll, and as close to
+    the fp32 step as it is; the shared casts' gradient sums take each half's gradient into its
+    columns (memory.SharedCastCols) and hand each matrix over exactly once."""
+    ref, g_ref = run(arch, "chunked", True, *MIDDLE[opts], bf16=True)
+    got, g_got = run(arch, "chunked", True, *MIDDLE[opts], bf16=True, embed_once=True)
+    _, g32 = run(arch, "chunked", True, False)
+
+    def err(grads):
+        return max(
+            float((grads[k].float() - g).abs().max() / g.abs().max()) for k, g in g32.items()
+        )
+
+    assert g_got.keys() == g_ref.keys()
+    for name, g in g_ref.items():
+        torch.testing.assert_close(g_got[name], g, rtol=2e-2, atol=2e-2 * g.abs().max(), msg=name)
+    for a, b in zip(got.losses, ref.losses, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-3)
+    assert err(g_got) <= 1.1 * err(g_ref), (err(g_got), err(g_ref))
 
 
 def saved_bytes(**opts) -> int:
@@ -455,6 +495,24 @@ def test_compiled_trainer_step_equals_the_eager_one(opts, monkeypatch):
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("opts", ["mid", "all"])
+def test_compiled_embedding_half_once_equals_the_eager_one(opts, monkeypatch):
+    """train.embed_once as CUDA runs it, compiled here by Inductor's CPU backend (pre_parts
+    with the per-step hidden halves, merge, soft CE; per-step checkpointing with "all"): the
+    eager step's values."""
+    from remote_agent.eagle3.drafter import ttt_attention
+
+    merge_fn = ttt_attention._merge_fn
+    checkpoint, cast, elementwise = MIDDLE[opts]
+    eager, g_eager = run("llama", "chunked", True, checkpoint, cast, elementwise, embed_once=True)
+    monkeypatch.setattr(ttt_attention, "_merge_fn", lambda compiled: merge_fn(True))
+    comp, g_comp = run(
+        "llama", "chunked", True, checkpoint, cast, elementwise,
+        compile_loss=True, compiled=True, embed_once=True,
+    )  # fmt: skip
+    assert_same(comp, g_comp, eager, g_eager, rtol=1e-4, atol=1e-5, loss_rtol=1e-5)
+
+
 def test_the_exact_memory_options_are_the_defaults():
     """The trainer's defaults are the middle set (bench: ours_mid, 4K equal work faster than
     SpecForge at less memory); cast_weights_once stays off where FSDP shards the layer, and
@@ -464,6 +522,7 @@ def test_the_exact_memory_options_are_the_defaults():
 
     tc = TrainSection()
     assert tc.recompute_elementwise and tc.compile_loss and tc.cast_weights_once is None
+    assert tc.embed_once and tc.embed_on_host is None and tc.shard_tokens == 16384
     assert not tc.checkpoint_ttt_steps  # costs compute: opt-in
     assert resolved_options(tc, 1, "cuda") == (True, True)
     assert resolved_options(tc, 8, "cuda") == (True, True)  # DDP

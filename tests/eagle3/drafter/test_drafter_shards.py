@@ -23,6 +23,7 @@ def run(
     arch: str, shard: int, bf16: bool = False, backend: str = "chunked", noise: float = 0.0,
     checkpoint: bool = False, cast: bool = False, elementwise: bool = False,
     host_embeds: bool = False, calls: list | None = None, compiled: bool = False,
+    embed_once: bool = False,
 ):  # fmt: skip
     """One trainer step on chat_batch (60 positions, 3 documents and padding); shard 0 = the
     one-pass step."""
@@ -37,7 +38,7 @@ def run(
     )  # fmt: skip
     module = TTTStep(
         drafter, tc.ttt_steps, 7, checkpoint_steps=checkpoint, cast_weights_once=cast,
-        recompute_elementwise=elementwise, compile_loss=compiled,
+        recompute_elementwise=elementwise, compile_loss=compiled, embed_once=embed_once,
     )  # fmt: skip
     if compiled:  # as the trainer compiles on CUDA (here Inductor's CPU backend)
         compile_layer(drafter, checkpointed=checkpoint)
@@ -95,7 +96,17 @@ def test_shards_equal_the_one_pass_step_in_fp32(arch, shard, backend):
     compare(got, g_got, ref, g_ref, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("opts", ["plain", "mid", "lean"])
+@pytest.mark.parametrize("embed_once", [False, True])
+@pytest.mark.parametrize("arch", ["llama", "mla"])
+def test_shards_with_the_embedding_half_once_equal_the_one_pass_step(arch, embed_once):
+    """The defaults' embed_once inside shards (each shard's embedding half over its rows plus
+    the TTT pad, open-ended column sums): the one-pass step's values in fp32."""
+    got, g_got = run(arch, 16, cast=True, elementwise=True, embed_once=embed_once)
+    ref, g_ref = run(arch, 0, cast=True, elementwise=True, embed_once=embed_once)
+    compare(got, g_got, ref, g_ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("opts", ["plain", "mid", "lean", "defaults"])
 def test_shards_equal_the_one_pass_step_in_bf16(opts):
     """bf16 autocast with the memory options (shared casts summed open-ended, recomputed
     merge and norm, per-step checkpointing inside a shard) and the host embedding: within
@@ -131,11 +142,14 @@ def test_compiled_shards_equal_the_eager_ones(opts, monkeypatch):
 
     merge_fn = ttt_attention._merge_fn
     checkpoint = opts == "lean"
-    eager, g_eager = run("llama", 16, checkpoint=checkpoint, cast=True, elementwise=True)
+    eager, g_eager = run(
+        "llama", 16, checkpoint=checkpoint, cast=True, elementwise=True, embed_once=True
+    )
     monkeypatch.setattr(ttt_attention, "_merge_fn", lambda compiled: merge_fn(True))
     comp, g_comp = run(
-        "llama", 16, checkpoint=checkpoint, cast=True, elementwise=True, compiled=True
-    )
+        "llama", 16, checkpoint=checkpoint, cast=True, elementwise=True, compiled=True,
+        embed_once=True,
+    )  # fmt: skip
     compare(comp, g_comp, eager, g_eager, rtol=1e-4, atol=1e-5)
 
 
