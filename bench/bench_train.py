@@ -71,8 +71,14 @@ def sync(device) -> None:
         torch.cuda.synchronize()
 
 
-def model_flops(c: dict, doc_lengths: list[int], ttt: int) -> dict:
-    """FLOPs of one training step on a packed sequence (see the module docstring)."""
+def model_flops(
+    c: dict, doc_lengths: list[int], ttt: int, embed_once: bool = False, shard: int = 0
+) -> dict:
+    """FLOPs of one training step on a packed sequence (see the module docstring). With the
+    trainer's embed_once / shard_tokens also `train_executed`: what the step executes (the
+    input projections' embedding half once per unroll instead of per TTT step; in shards
+    step 0's projections twice more, its k/v backward once more, the teacher's draft logits
+    once more); `train_total` stays the model's count (MFU's numerator)."""
     h, th = c["hidden_size"], c["target_hidden_size"]
     k_aux = len(c["eagle_config"]["eagle_aux_hidden_state_layer_ids"])
     inter, vd, v = c["intermediate_size"], c["draft_vocab_size"], c["vocab_size"]
@@ -100,6 +106,16 @@ def model_flops(c: dict, doc_lengths: list[int], ttt: int) -> dict:
     fc = 2 * k_aux * th * h * tokens
     teacher = 2 * h * v * tokens
     train_drafter = 3 * (lin + attn) + 2 * fc
+    executed = train_drafter + teacher
+    if c["architectures"][0] == "LlamaForCausalLMEagle3":
+        in_out, kv_out = (heads + 2 * kv) * hd, 2 * kv * hd
+    else:
+        in_out, kv_out = ql + kl + rope, kl + rope
+    if embed_once:  # the embedding half (H x in_out) once per unroll: forward, dgrad, wgrad
+        executed -= 3 * 2 * h * in_out * tokens * (ttt - 1)
+    if shard and tokens > shard:  # phases 1 and 3 of shards.py, and the teacher's draft p
+        executed += 2 * 2 * (2 * h) * in_out * tokens + 2 * 2 * (2 * h) * kv_out * tokens
+        executed += 2 * h * vd * tokens
     return {
         "tokens": tokens,
         "ttt_linear_fwd": lin,
@@ -108,6 +124,7 @@ def model_flops(c: dict, doc_lengths: list[int], ttt: int) -> dict:
         "teacher_fwd": teacher,
         "train_drafter": train_drafter,
         "train_total": train_drafter + teacher,
+        "train_executed": executed,
         "per_token_total": (train_drafter + teacher) / tokens,
     }
 

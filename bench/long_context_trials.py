@@ -63,7 +63,7 @@ OPTION_SETS: dict[str, dict[str, Any]] = {
 }
 # CPU rehearsal (--tiny): lengths past which a trial raises an emulated OOM, so the failure,
 # search and bisection paths run without a GPU
-TINY_OOM = {"ours_lean": 1600, "specforge": 700}
+TINY_OOM = {"ours_mid": 1600, "ours_lean": 1600, "specforge": 700}
 
 
 def shape_args(args) -> argparse.Namespace:
@@ -140,6 +140,8 @@ def make_side(side: str, args, device: str):
                 continue
             assert hasattr(ctx.model, name), name
             setattr(ctx.model, name, value)
+        if getattr(args, "shard_tokens", 0):  # the max_seq ladder's shard size (the card's)
+            ctx.tc = dataclasses.replace(ctx.tc, shard_tokens=args.shard_tokens)
         if checkpointed and device == "cuda":
             compile_layer(drafter, checkpointed=True)
             ctx.tc = dataclasses.replace(ctx.tc, compile=True)  # the merge too, as the trainer
@@ -181,6 +183,7 @@ class Worker:
         self.rec: dict[str, Any] = {
             "side": args.side,
             "options": OPTION_SETS.get(args.side, "SpecForge 0.2.0 recipe"),
+            "shard_tokens": getattr(args, "shard_tokens", 0) or None,
             "pid": os.getpid(),
             "phases": {},
             "trials": [],
@@ -267,7 +270,12 @@ class Worker:
         """Probes from the memory fit until the first failure (then fresh processes bisect)."""
         while not self.failed() and time.time() < self.deadline:
             nxt = next_probe(self.rec["trials"], self.args.step, self.rec.get("gpu_total_gib"))
-            if nxt is None or (self.args.max_probe and nxt > self.args.max_probe):
+            if nxt is not None and self.args.max_probe and nxt > self.args.max_probe:
+                done = [t["seq"] for t in self.rec["trials"] if "ok" in t]
+                nxt = self.args.max_probe if self.args.max_probe not in done else None
+                if nxt is not None and nxt <= max(done, default=0):
+                    nxt = None
+            if nxt is None:
                 return
             self.trial(nxt, 0)
 
@@ -315,13 +323,19 @@ class Worker:
             rec["ok"] = True
             if times:
                 step_s = sorted(times)[len(times) // 2]
-                flops = bench_train.model_flops(self.config, [seq], args.ttt)["train_total"]
+                opts = OPTION_SETS.get(args.side, {})
+                shard = getattr(args, "shard_tokens", 0) or opts.get("shard_tokens") or 0
+                fl = bench_train.model_flops(
+                    self.config, [seq], args.ttt, bool(opts.get("embed_once")), int(shard)
+                )
+                flops = fl["train_total"]
                 rec.update(
                     step_s=round(step_s, 4),
                     step_s_all=[round(x, 4) for x in times],
                     tokens_per_s=round(seq / step_s, 1),
                     model_tflops_per_s=round(flops / step_s / 1e12, 2),
                     mfu=round(flops / step_s / H200_PEAK, 4),
+                    mfu_executed=round(fl["train_executed"] / step_s / H200_PEAK, 4),
                 )
             if dev == "cuda":
                 timed_peak = torch.cuda.max_memory_allocated() / 2**30 if times else 0.0
@@ -385,6 +399,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--worker-budget-s", type=float, default=600, help=argparse.SUPPRESS)
     p.add_argument("--timed-max-seq", type=int, default=32 * 1024, help=argparse.SUPPRESS)
+    p.add_argument("--shard-tokens", type=int, default=0, help=argparse.SUPPRESS)
 
 
 def _ints(s: str) -> list[int]:

@@ -23,6 +23,7 @@ Run:  PYTHONPATH=. python3 bench/memory_model.py --sides ours_mid,ours_lean --se
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -112,16 +113,29 @@ class _FlexStandIn(torch.autograd.Function):
         return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
-def _patch() -> None:
+@contextlib.contextmanager
+def _stand_ins():
+    """Within: flex attention and its block masks stood in for (no CPU backward, no data),
+    the cuBLAS fp32 accumulation of the lm_head gradient in place; restored after."""
     from remote_agent.eagle3.drafter import loss, shards, ttt_attention
 
     def flex(q, k, v, block_mask=None, scale=None, enable_gqa=False, return_lse=True):
         return _FlexStandIn.apply(q, k, v)
 
-    ttt_attention._flex_fn = lambda compiled=True: flex  # type: ignore[assignment]
-    ttt_attention._flex_block_mask = lambda doc, rows, compile_mask=False: None  # type: ignore[assignment]
-    shards.flex_block_mask_range = lambda doc, lo, hi, compile_mask=False: None  # type: ignore[assignment]
-    loss.mm_into = lambda total, a, b: None  # cuBLAS accumulates into the fp32 sum in place
+    saved = [
+        (ttt_attention, "_flex_fn", lambda compiled=True: flex),
+        (ttt_attention, "_flex_block_mask", lambda doc, rows, compile_mask=False: None),
+        (shards, "flex_block_mask_range", lambda doc, lo, hi, compile_mask=False: None),
+        (loss, "mm_into", lambda total, a, b: None),
+    ]
+    before = [(mod, name, getattr(mod, name)) for mod, name, _ in saved]
+    try:
+        for mod, name, fn in saved:
+            setattr(mod, name, fn)
+        yield
+    finally:
+        for mod, name, fn in before:
+            setattr(mod, name, fn)
 
 
 def build(side: str, ttt: int, shard_tokens: int | None):
@@ -180,8 +194,7 @@ def model(side: str, seq: int, ttt: int = 7, parts: int = 12, shard_tokens=None)
     from remote_agent.eagle3.drafter.train import forward_backward
 
     t0 = time.time()
-    torch.__future__.set_swap_module_params_on_conversion(False)
-    with FakeTensorMode(allow_non_fake_inputs=True):
+    with _stand_ins(), FakeTensorMode(allow_non_fake_inputs=True):
         drafter, ctx, params, config = build(side, ttt, shard_tokens)
         opt = torch.optim.AdamW(params, lr=1e-4, foreach=False)
         b = trials.device_batch(config, seq, "cpu", ctx.lm_head, ctx.draft_ids)
@@ -224,7 +237,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parts", type=int, default=12, help="makers listed at the peak")
     p.add_argument("--shard-tokens", type=int, help="override the side's train.shard_tokens")
     args = p.parse_args(argv)
-    _patch()
     for side in args.sides.split(","):
         for seq in (int(x) for x in args.seqs.split(",")):
             print(json.dumps(model(side, seq, args.ttt, args.parts, args.shard_tokens)), flush=True)
