@@ -289,10 +289,15 @@ def worker_throughput(side: str, args) -> dict:
     stubs: list[str] = []
     if not side.startswith("ours"):  # before our trainer exists (see import_sf)
         stubs = import_sf(Path(args.wheel), device)
-    ns.host_embed = side.startswith("ours")  # SpecForge's draft copies our device embedding
+    # the trainer's defaults for ours; SpecForge's draft copies our device embedding and its
+    # step gets the lm_head tensor
+    ns.host_embed = side.startswith("ours")
+    ns.host_head = side.startswith("ours") and device != "cpu"
     drafter, ctx, params, opt, config, backend = bench_train.build(ns, device)
     seq = 4096 if device != "cpu" else 256
-    teacher = (ctx.lm_head, ctx.draft_ids)
+    from remote_agent.eagle3.drafter.ttt_step import teacher_head
+
+    teacher = (teacher_head(ctx), ctx.draft_ids)
     if args.workload == "full":
         batch, _ = bench_train.synthetic_batch(config, seq, 1, device, teacher=teacher)
         units = [bench_train.attach_embeds(batch, ctx, device)]

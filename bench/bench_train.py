@@ -258,6 +258,12 @@ def build(args, device):
         tc,
         host_embed,
     )
+    # the trainer's default on CUDA (train.lm_head_on_host): the teacher's lm_head waits on the
+    # host between teachers; off for the plain unroll and SpecForge (its step gets the tensor)
+    if getattr(args, "host_head", not getattr(args, "plain", False) and device != "cpu"):
+        from remote_agent.eagle3.drafter.memory import HostWeight
+
+        ctx.host_head, ctx.lm_head = HostWeight(lm_head, torch.device(device)), None
     return drafter, ctx, params, opt, config, backend
 
 
@@ -353,13 +359,15 @@ def pack_docs(docs: list[dict], seq: int, device, ctx=None) -> list:
 def run(args) -> dict:
     import torch
 
+    from remote_agent.eagle3.drafter.ttt_step import teacher_head
+
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     seq = args.seq or (4096 if device != "cpu" else 256)
     if device == "cpu":
         pass  # threads: OMP_NUM_THREADS decides
     drafter, ctx, params, opt, config, backend = build(args, device)
     batch, lengths = synthetic_batch(
-        config, seq, args.docs, device, teacher=(ctx.lm_head, ctx.draft_ids)
+        config, seq, args.docs, device, teacher=(teacher_head(ctx), ctx.draft_ids)
     )
     attach_embeds(batch, ctx, device)
     warmup, steps = (2, 4) if args.quick else (3, 10)
@@ -401,7 +409,7 @@ def run(args) -> dict:
 
     sync(device)
     t = time.perf_counter()
-    teacher(batch.final[0], ctx.lm_head, ctx.draft_ids, ctx.t2d, ctx.tc.teacher_chunk)
+    teacher(batch.final[0], teacher_head(ctx), ctx.draft_ids, ctx.t2d, ctx.tc.teacher_chunk)
     sync(device)
     teacher_s = time.perf_counter() - t
     n_params = sum(p.numel() for p in params)

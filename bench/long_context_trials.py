@@ -52,6 +52,7 @@ def _defaults() -> dict[str, Any]:
         "checkpoint_steps": tc.checkpoint_ttt_steps,
         "embed_once": tc.embed_once,
         "embed_on_host": tc.embed_on_host is not False,  # null = on (one GPU, a dump)
+        "lm_head_on_host": tc.lm_head_on_host is not False,  # null = on with CUDA
         "shard_tokens": tc.shard_tokens,
     }
 
@@ -124,7 +125,8 @@ def make_side(side: str, args, device: str):
 
         import_sf(Path(args.wheel), device)
     opts = OPTION_SETS.get(side, {})
-    ns.host_embed = bool(opts.get("embed_on_host"))  # not a TTTStep attribute: build's
+    ns.host_embed = bool(opts.get("embed_on_host"))  # not TTTStep attributes: build's
+    ns.host_head = bool(opts.get("lm_head_on_host")) and device != "cpu"
     checkpointed = bool(opts.get("checkpoint_steps"))
     if checkpointed:
         ns.no_compile = True  # compiled below as the trainer does under checkpointing
@@ -136,7 +138,7 @@ def make_side(side: str, args, device: str):
             if name == "shard_tokens":  # a train.* option: the step reads it from ctx.tc
                 ctx.tc = dataclasses.replace(ctx.tc, shard_tokens=value)
                 continue
-            if name == "embed_on_host":
+            if name in ("embed_on_host", "lm_head_on_host"):
                 continue
             assert hasattr(ctx.model, name), name
             setattr(ctx.model, name, value)
@@ -294,7 +296,11 @@ class Worker:
                 raise torch.OutOfMemoryError(
                     f"CUDA out of memory (tiny rehearsal: emulated at {seq})"
                 )
-            b = device_batch(self.config, seq, dev, self.ctx.lm_head, self.ctx.draft_ids, seed=seq)
+            from remote_agent.eagle3.drafter.ttt_step import teacher_head
+
+            head = teacher_head(self.ctx)
+            b = device_batch(self.config, seq, dev, head, self.ctx.draft_ids, seed=seq)
+            del head
             bench_train.attach_embeds(b, self.ctx, dev)  # the host embedding's rows (defaults)
             if dev == "cuda":
                 torch.cuda.reset_peak_memory_stats()

@@ -161,6 +161,7 @@ def build(side: str, ttt: int, shard_tokens: int | None):
     opts = dict(trials.OPTION_SETS[side])
     table = torch.empty(k["vocab"], k["hidden"], dtype=torch.bfloat16)
     host = bool(opts.pop("embed_on_host", False))
+    host_head = bool(opts.pop("lm_head_on_host", False))
     drafter.embed_tokens.weight = torch.nn.Parameter(
         table.new_empty(0, k["hidden"]) if host else table, requires_grad=False
     )
@@ -182,6 +183,10 @@ def build(side: str, ttt: int, shard_tokens: int | None):
         "flex", torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False), True, Dist(),
         tc, table if host else None,
     )  # fmt: skip
+    if host_head:  # its device copy made by get() and dropped after the teacher: counted then
+        from remote_agent.eagle3.drafter.memory import HostWeight
+
+        ctx.host_head, ctx.lm_head = HostWeight(lm_head, torch.device("cpu")), None
     return drafter, ctx, params, config
 
 
@@ -197,11 +202,16 @@ def model(side: str, seq: int, ttt: int = 7, parts: int = 12, shard_tokens=None)
     with _stand_ins(), FakeTensorMode(allow_non_fake_inputs=True):
         drafter, ctx, params, config = build(side, ttt, shard_tokens)
         opt = torch.optim.AdamW(params, lr=1e-4, foreach=False)
-        b = trials.device_batch(config, seq, "cpu", ctx.lm_head, ctx.draft_ids)
+        from remote_agent.eagle3.drafter.ttt_step import teacher_head
+
+        head = teacher_head(ctx)
+        b = trials.device_batch(config, seq, "cpu", head, ctx.draft_ids)
+        del head
         if ctx.host_embed is not None:
             b.embeds = embed_rows(ctx.host_embed, b.input_ids, ctx.steps)
         live = Live()
-        for t in [*drafter.parameters(), *drafter.buffers(), ctx.lm_head, *vars(b).values()]:
+        heads = [ctx.lm_head] if ctx.lm_head is not None else []
+        for t in [*drafter.parameters(), *drafter.buffers(), *heads, *vars(b).values()]:
             live.add(t)
         with live:
             for i in range(2):

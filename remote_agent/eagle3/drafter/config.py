@@ -227,6 +227,13 @@ class TrainSection:
         "frozen, the data is a dump (not --online) and parallel is not fsdp",
         None,
     )
+    lm_head_on_host: bool | None = doc(
+        "the target lm_head (the teacher's; 2.19 GiB at the Kimi shape) waits in pinned host "
+        "memory between teachers: dropped from the GPU after the step's teacher, uploaded again "
+        "on a side stream while backward runs (exact: the same bytes); null = on with CUDA "
+        "except under sequence_parallel",
+        None,
+    )
     teacher_fp32: bool = doc("compute teacher logits in fp32 (slower; bf16 matches serving)", False)
     log_every: int = doc("emit a metrics line every N steps", 10)
     save_every: int = doc("checkpoint every N steps (0 = only at the end)", 500)

@@ -239,3 +239,65 @@ def recomputed(fn, *args):
     from torch.utils.checkpoint import checkpoint
 
     return checkpoint(fn, *args, use_reentrant=False)
+
+
+class HostWeight:
+    """A frozen tensor kept in (pinned) host memory, on the device only while it is used: the
+    teacher's target lm_head (train.lm_head_on_host; 2.19 GiB at the Kimi shape) is needed at
+    the start of a step only, so the step drops its device copy after the teacher (`release`)
+    and uploads it again (`prefetch`, on a side stream: the copy engine works while backward
+    computes) once backward has freed more than it takes; the next teacher's `get` waits for
+    the upload. The device copy holds the same bytes: nothing changes but where it lives."""
+
+    def __init__(self, tensor: torch.Tensor, device: torch.device) -> None:
+        self.device = torch.device(device)
+        cuda = self.device.type == "cuda"
+        host = tensor.detach().to("cpu")
+        self.host = host.pin_memory() if cuda else host.clone()
+        self.stream = torch.cuda.Stream(self.device) if cuda else None
+        self.dev: torch.Tensor | None = None
+        self.event: torch.cuda.Event | None = None
+        self.uploads = 0
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.host.shape
+
+    def prefetch(self) -> None:
+        """Start the upload (no wait); nothing when the device copy is there."""
+        if self.dev is not None:
+            return
+        if self.stream is None:
+            self.dev = self.host.to(self.device, copy=True)
+        else:
+            current = torch.cuda.current_stream(self.device)
+            dev = torch.empty(self.host.shape, dtype=self.host.dtype, device=self.device)
+            self.stream.wait_stream(current)  # its memory may have been freed by work queued there
+            with torch.cuda.stream(self.stream):
+                dev.copy_(self.host, non_blocking=True)
+            dev.record_stream(self.stream)
+            self.event = torch.cuda.Event()
+            self.event.record(self.stream)
+            self.dev = dev
+        self.uploads += 1
+
+    def get(self) -> torch.Tensor:
+        """The device copy, its upload finished before anything queued after this call."""
+        self.prefetch()
+        if self.event is not None:
+            torch.cuda.current_stream(self.device).wait_event(self.event)
+            self.event = None
+        assert self.dev is not None
+        return self.dev
+
+    def release(self) -> None:
+        """Drop the device copy (the host copy stays): work already queued keeps its memory."""
+        self.dev, self.event = None, None
+
+    def prefetch_hook(self):
+        """A tensor hook that starts the upload when a gradient reaches it (returns it as is)."""
+
+        def hook(grad: torch.Tensor) -> None:
+            self.prefetch()
+
+        return hook

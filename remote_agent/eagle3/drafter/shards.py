@@ -132,10 +132,13 @@ def _step0_keys(d, h0, emb0, positions, casts, bounds):
     return k_all.requires_grad_(), v_all.requires_grad_()
 
 
-def sharded_forward_backward(c, b, step: int, aux: torch.Tensor, weights, counts, st, tch):
+def sharded_forward_backward(
+    c, b, step: int, aux: torch.Tensor, weights, counts, st, tch, draft_rows: torch.Tensor
+):
     """ttt_step.forward_backward's unroll, loss and backward in query shards (the module
     docstring). aux: the step's aux (noise added); weights, counts: the loss weights and valid
-    counts of the whole batch; st, tch: its step targets and teacher (argmax, in_draft)."""
+    counts of the whole batch; st, tch: its step targets and teacher (argmax, in_draft);
+    draft_rows: the draft vocabulary's rows of the target lm_head (each shard's p)."""
     tc, n, steps = c.tc, b.input_ids.shape[1], c.steps
     module: Any = getattr(c.model, "module", c.model)
     d: Any = module.drafter
@@ -143,7 +146,6 @@ def sharded_forward_backward(c, b, step: int, aux: torch.Tensor, weights, counts
     from remote_agent.eagle3.drafter.ttt_step import step_scales
 
     scales = step_scales(c.step_w, counts, c.dist.world)
-    draft_rows = c.lm_head.index_select(0, c.draft_ids)  # the teacher's p, shard by shard
     tokens = b.embeds if b.embeds is not None else step_tokens(b.input_ids, steps)
     norm = partial(recomputed, d.norm) if module.recompute_elementwise else d.norm
     compile_merge = bool(tc.compile and aux.is_cuda)
@@ -186,6 +188,8 @@ def sharded_forward_backward(c, b, step: int, aux: torch.Tensor, weights, counts
         del p, outs
         torch.stack(terms).sum().backward()
         del terms, attention
+    if c.host_head is not None:  # the next teacher's lm_head: uploaded during what follows
+        c.host_head.prefetch()
     # step 0's keys and values of every position once more, with their graph, and back
     gk, gv = k_all.grad, v_all.grad
     for lo, hi in bounds:

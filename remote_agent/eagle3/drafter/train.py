@@ -29,6 +29,7 @@ from remote_agent.eagle3.drafter.config import Config
 from remote_agent.eagle3.drafter.context import target_context_length
 from remote_agent.eagle3.drafter.data import Loader, Plan, load_vocab
 from remote_agent.eagle3.drafter.loss import load_target_tensor
+from remote_agent.eagle3.drafter.memory import HostWeight
 from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
 from remote_agent.eagle3.drafter.multinode import check_shared_out
 from remote_agent.eagle3.drafter.parallel import load_optimizer, trainable_count, wrap
@@ -176,9 +177,12 @@ def train(cfg: Config) -> dict[str, Any]:
     autocast = (
         torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
     )  # fmt: skip
+    host_head = None
+    if _lm_head_on_host(tc, device.type, sp):  # the teacher's lm_head between teachers
+        host_head, lm_head = HostWeight(lm_head, device), None
     step_ctx = StepContext(
         model, lm_head, draft_ids, drafter.t2d, steps_k, step_w, scale, backend, autocast, bf16, d, tc,
-        embed,
+        embed, host_head,
     )  # fmt: skip
     pin = cfg.data.pin_memory and device.type == "cuda"
     rank = 0 if sp else d.rank  # sequence parallel: every rank loads rank 0's batches
@@ -309,6 +313,14 @@ def _plan(cfg: Config, d: Dist, world: int) -> Plan:
             "lower data.max_tokens or add data"
         )
     return plan
+
+
+def _lm_head_on_host(tc, device_type: str, sp: bool) -> bool:
+    """train.lm_head_on_host as this run applies it: null = on with CUDA, off under sequence
+    parallelism (every rank's teacher of its rows: kept on the device)."""
+    if tc.lm_head_on_host is None:
+        return device_type == "cuda" and not sp
+    return bool(tc.lm_head_on_host)
 
 
 def _embed_on_host(cfg: Config, world: int) -> bool:

@@ -19,6 +19,7 @@ from remote_agent.eagle3.drafter import shards
 from remote_agent.eagle3.drafter.data import step_targets, step_tokens
 from remote_agent.eagle3.drafter.loss import HeadGrad, soft_ce_scaled, teacher
 from remote_agent.eagle3.drafter.memory import (
+    HostWeight,
     SharedCasts,
     check_handed_over,
     recomputed,
@@ -55,6 +56,10 @@ class TTTStep(nn.Module):
         self.embed_once = embed_once
         self.casts: SharedCasts | None = None  # the last unroll's (checked after backward)
         self.head: HeadGrad | None = None  # the last unroll's shared lm_head
+        # a gradient hook on the output of TTT step steps - 5 (step 2 of 7; forward_backward:
+        # the teacher's lm_head back to the device once the backward of the later steps freed
+        # more than it takes, with three steps' backward left for the upload)
+        self.backward_hook = None
 
     @classmethod
     def for_training(cls, drafter: Eagle3Drafter, tc, cast_once: bool, compiled: bool) -> TTTStep:
@@ -78,6 +83,8 @@ class TTTStep(nn.Module):
             aux, inputs, positions, attention, self.steps, plan.rows, self.checkpoint_steps,
             self.casts, embed_once=self.embed_once,
         )  # fmt: skip
+        if self.backward_hook is not None and outs[0].requires_grad:
+            outs[max(0, len(outs) - 5)].register_hook(self.backward_hook)
         norm = partial(recomputed, d.norm) if self.recompute_elementwise else d.norm
         n = aux.shape[1]
         terms, losses, args = [], [], []
@@ -163,7 +170,7 @@ class StepContext:
     """Everything one optimisation step needs besides the batch (shared with bench_train)."""
 
     model: nn.Module  # TTTStep, possibly DDP/FSDP-wrapped
-    lm_head: torch.Tensor  # target lm_head [V, H]
+    lm_head: torch.Tensor | None  # target lm_head [V, H] on the device (None: host_head)
     draft_ids: torch.Tensor  # target ids of the draft vocabulary
     t2d: torch.Tensor
     steps: int
@@ -177,6 +184,17 @@ class StepContext:
     # the frozen embedding kept on the host (train.embed_on_host): batches carry its rows
     # (Batch.embeds); None = on the device (the drafter's own)
     host_embed: torch.Tensor | None = None
+    # the target lm_head between teachers on the host (train.lm_head_on_host, memory.HostWeight)
+    host_head: HostWeight | None = None
+
+
+def teacher_head(c: StepContext) -> torch.Tensor:
+    """The target lm_head on the device for the teacher (uploaded first if it is on the host)."""
+    if c.host_head is not None:
+        return c.host_head.get()
+    if c.lm_head is None:
+        raise ValueError("StepContext: no target lm_head (neither lm_head nor host_head)")
+    return c.lm_head
 
 
 @dataclass
@@ -215,10 +233,15 @@ def forward_backward(c: StepContext, b, step: int) -> StepOut:
     tc, n = c.tc, b.input_ids.shape[1]
     st = step_targets(b, c.steps)
     in_shards = shards.applies(c, n)
+    head = teacher_head(c)
     tch = teacher(
-        b.final[0], c.lm_head, c.draft_ids, c.t2d, tc.teacher_chunk, tc.teacher_fp32,
+        b.final[0], head, c.draft_ids, c.t2d, tc.teacher_chunk, tc.teacher_fp32,
         keep_p=not in_shards,  # shards make p of their own rows
     )  # fmt: skip
+    draft_rows = head.index_select(0, c.draft_ids) if in_shards else None  # their p's rows
+    del head
+    if c.host_head is not None:  # back on the device during backward (TTTStep.backward_hook)
+        c.host_head.release()
     # loss weight of step k at t: supervised, inside the document, teacher argmax drafted
     weights = []
     for k in range(c.steps):
@@ -230,8 +253,9 @@ def forward_backward(c: StepContext, b, step: int) -> StepOut:
     sim_valid = chain_starts(st, b.loss_mask, depth)
     aux = step_aux(c, b, step)
     if in_shards:
+        assert draft_rows is not None
         losses, args, tch = shards.sharded_forward_backward(
-            c, b, step, aux, weights, counts, st, tch
+            c, b, step, aux, weights, counts, st, tch, draft_rows
         )
         plan = RowPlan(None, [None] * c.steps, [None] * c.steps)  # every row ran every step
         return StepOut(losses, args, weights, counts, st, tch, sim_valid, plan)
@@ -244,6 +268,8 @@ def forward_backward(c: StepContext, b, step: int) -> StepOut:
     )  # fmt: skip
     scales = step_scales(c.step_w, counts, c.dist.world)
     tokens = b.embeds if b.embeds is not None else step_tokens(b.input_ids, c.steps)
+    hw = c.host_head
+    step_module.backward_hook = None if hw is None else hw.prefetch_hook()
     with c.autocast:
         terms, losses, args = c.model(
             aux, tokens, b.positions, attention, tch.p, weights, plan, scales
@@ -251,7 +277,9 @@ def forward_backward(c: StepContext, b, step: int) -> StepOut:
     tch.p = None  # the fused loss needs the teacher in forward only: freed before backward
     torch.stack(terms).sum().backward()
     check_handed_over(step_module.casts, step_module.head)
-    step_module.casts = step_module.head = None  # their bf16 copies die with the step
+    step_module.casts = step_module.head = step_module.backward_hook = None  # die with the step
+    if hw is not None:
+        hw.prefetch()  # (started by the hook already: nothing then)
     return StepOut(losses, args, weights, counts, st, tch, sim_valid, plan)
 
 

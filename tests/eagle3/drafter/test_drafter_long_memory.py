@@ -13,6 +13,7 @@ from remote_agent.eagle3.distributed import Dist
 from remote_agent.eagle3.drafter.config import TrainSection
 from remote_agent.eagle3.drafter.data import embed_rows
 from remote_agent.eagle3.drafter.loss import soft_ce, soft_ce_reference
+from remote_agent.eagle3.drafter.memory import HostWeight
 from remote_agent.eagle3.drafter.parallel import wrap
 from remote_agent.eagle3.drafter.train import compile_layer
 from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep, forward_backward
@@ -23,6 +24,7 @@ def run(
     cast: bool = False, elementwise: bool = False, bf16: bool = False, hook=None,
     compile_loss: bool = False, compiled: bool = False, dist: Dist | None = None,
     loss_chunk: int = 7, host_embeds: bool = False, embed_once: bool = False,
+    host_head: bool = False,
 ):  # fmt: skip
     """One trainer step; bf16: under CPU bf16 autocast without its cast cache (a cast per use,
     as the compiled GPU step does), the fp32 masters and aux as the trainer keeps them.
@@ -58,6 +60,8 @@ def run(
         dist,
         tc,
     )
+    if host_head:  # train.lm_head_on_host: the teacher's lm_head between teachers on the host
+        ctx.host_head, ctx.lm_head = HostWeight(ctx.lm_head, torch.device("cpu")), None
     b = chat_batch(seed=dist.rank)
     if bf16:
         b.aux, b.final = b.aux.to(torch.bfloat16), b.final.to(torch.bfloat16)
@@ -182,6 +186,45 @@ def test_embedding_half_once_in_bf16_is_as_close_to_fp32_as_the_plain_unroll(arc
     for a, b in zip(got.losses, ref.losses, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-3)
     assert err(g_got) <= 1.1 * err(g_ref), (err(g_got), err(g_ref))
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
+def test_the_teachers_lm_head_waits_on_the_host_and_comes_back_during_backward(bf16, monkeypatch):
+    """train.lm_head_on_host: the step drops the device copy of the target lm_head after the
+    teacher and uploads it again from the backward of TTT step steps - 5 on (a gradient hook),
+    so the next teacher finds it there: bit for bit the step with the lm_head kept resident."""
+    ups: list[bool] = []
+    prefetch = HostWeight.prefetch
+
+    def spy(self):
+        if self.dev is None:  # a real upload: during backward (a graph task runs) or not
+            ups.append(torch._C._current_graph_task_id() != -1)
+        prefetch(self)
+
+    monkeypatch.setattr(HostWeight, "prefetch", spy)
+    ref, g_ref = run("llama", "chunked", True, False, True, True, bf16=bf16)
+    got, g_got = run("llama", "chunked", True, False, True, True, bf16=bf16, host_head=True)
+    assert_same(got, g_got, ref, g_ref, rtol=0, atol=0, loss_rtol=0)
+    assert ups == [False, True]  # the first teacher's upload, then the one during backward
+
+
+def test_host_weight_keeps_the_bytes_and_uploads_once_per_release():
+    w = torch.randn(5, 3).to(torch.bfloat16)
+    hw = HostWeight(w, torch.device("cpu"))
+    a = hw.get()
+    assert torch.equal(a, w) and a.data_ptr() != w.data_ptr() and hw.uploads == 1
+    assert hw.get() is a and hw.uploads == 1  # still there
+    hw.release()
+    hw.prefetch()
+    hw.prefetch()
+    assert hw.uploads == 2 and torch.equal(hw.get(), w)
+    hook = hw.prefetch_hook()
+    x = torch.ones(2, requires_grad=True)
+    y = x * 2
+    y.register_hook(hook)
+    hw.release()
+    y.sum().backward()
+    assert hw.uploads == 3 and torch.equal(x.grad, torch.full((2,), 2.0))
 
 
 def saved_bytes(**opts) -> int:

@@ -23,7 +23,7 @@ def run(
     arch: str, shard: int, bf16: bool = False, backend: str = "chunked", noise: float = 0.0,
     checkpoint: bool = False, cast: bool = False, elementwise: bool = False,
     host_embeds: bool = False, calls: list | None = None, compiled: bool = False,
-    embed_once: bool = False,
+    embed_once: bool = False, host_head: bool = False,
 ):  # fmt: skip
     """One trainer step on chat_batch (60 positions, 3 documents and padding); shard 0 = the
     one-pass step."""
@@ -49,6 +49,10 @@ def run(
         torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16, cache_enabled=False),
         bf16, Dist(), tc,
     )  # fmt: skip
+    if host_head:
+        from remote_agent.eagle3.drafter.memory import HostWeight
+
+        ctx.host_head, ctx.lm_head = HostWeight(ctx.lm_head, torch.device("cpu")), None
     b = chat_batch()
     if bf16:
         b.aux, b.final = b.aux.to(torch.bfloat16), b.final.to(torch.bfloat16)
