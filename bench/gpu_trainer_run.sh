@@ -9,17 +9,24 @@
 #   2. the chat bench in the time left (ours = the defaults, ours_equal_tokens, SpecForge; the
 #      workers side by side). A parent cut by its limit after its workers wrote their records
 #      is assembled from them (bench_specforge.py --assemble).
+# What comes back (the device returns at most 8 files): $OUT/long-context.json,
+# $OUT/specforge-chat.json, $OUT/gpu-trainer-run.log (this script's summary) and
+# $OUT/run-logs.tar.gz (every log and child record; the work directories are under $WORK).
 # Needs the SpecForge wheel in .whl/ (bash bench/stage_long_context.sh here; carry .whl).
-#   OUT=DIR TOTAL_S=530 bash bench/gpu_trainer_run.sh    (results and logs under DIR)
-# CPU rehearsal of the whole script with tiny shapes (TINY=1: --tiny / --device cpu, a few
-# minutes): OUT=/tmp/gtr TINY=1 LC_S=300 TOTAL_S=520 bash bench/gpu_trainer_run.sh
+#   OUT=DIR TOTAL_S=530 bash bench/gpu_trainer_run.sh
+# CPU rehearsal of the whole script with tiny shapes (TINY=1: --tiny / --device cpu, ~4 min):
+#   OUT=/tmp/gtr TINY=1 bash bench/gpu_trainer_run.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results/run}
+WORK=${WORK:-$(mktemp -d /tmp/gpu-trainer-run-XXXX)}
 TOTAL=${TOTAL_S:-530}
 LC_S=${LC_S:-325}
 PY=${PYTHON:-python3}
-mkdir -p "$OUT/logs"
+mkdir -p "$OUT" "$WORK/logs"
+SUMMARY="$OUT/gpu-trainer-run.log"
+: >"$SUMMARY"
+say() { echo "gpu_trainer_run: $*" | tee -a "$SUMMARY"; }
 # fewer allocator splits near the card's capacity (the longest-sequence rungs)
 export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
 lc_extra=() chat_extra=()
@@ -28,28 +35,28 @@ if [ "${TINY:-0}" = 1 ]; then
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 fi
 t0=$(date +%s)
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "no GPU"; } \
-  >"$OUT/logs/gpu.txt" 2>&1
-echo "gpu_trainer_run: $(head -1 "$OUT/logs/gpu.txt")"
+gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null \
+  || echo "no GPU (nvidia-smi: none)")
+say "$gpu; TOTAL_S=$TOTAL LC_S=$LC_S; work $WORK"
 timeout -k 5 $((LC_S + 15)) "$PY" bench/bench_long_context.py --part equal --part maxseq \
   --budget-s "$LC_S" --equal-share "${EQUAL_SHARE:-0.47}" --sf-maxseq-share 0 --bisect 0 \
   ${FIRST_SEQ:+--first-seq "$FIRST_SEQ"} ${LADDER:+--ours-ladder "$LADDER"} "${lc_extra[@]}" \
-  --work "$OUT/lc-work" --out "$OUT/long-context.json" >"$OUT/logs/long-context.log" 2>&1
-echo "gpu_trainer_run: long-context rc=$? at $(($(date +%s) - t0)) s"
+  --work "$WORK/lc-work" --out "$OUT/long-context.json" >"$WORK/logs/long-context.log" 2>&1
+say "long-context rc=$? at $(($(date +%s) - t0)) s"
 # children past the timeout (their own sessions) must not hold the GPU: their listed groups
-for g in $(cat "$OUT/lc-work/pgids" 2>/dev/null); do kill -9 -- "-$g" 2>/dev/null; done
+for g in $(cat "$WORK/lc-work/pgids" 2>/dev/null); do kill -9 -- "-$g" 2>/dev/null; done
 left=$((TOTAL - ($(date +%s) - t0) - 10))
 timeout -k 5 "$left" "$PY" bench/bench_specforge.py --part throughput --workload chat \
-  --no-noskip --side-by-side --work "$OUT/chat-work" --out "$OUT/specforge-chat.json" \
-  "${chat_extra[@]}" >"$OUT/logs/specforge-chat.log" 2>&1
-echo "gpu_trainer_run: chat rc=$? at $(($(date +%s) - t0)) s (limit ${left} s)"
-# workers past the timeout (their own sessions) must not hold the GPU: their listed groups
-for g in $(cat "$OUT/chat-work/pgids" 2>/dev/null); do kill -9 -- "-$g" 2>/dev/null; done
+  --no-noskip --side-by-side --work "$WORK/chat-work" --out "$OUT/specforge-chat.json" \
+  "${chat_extra[@]}" >"$WORK/logs/specforge-chat.log" 2>&1
+say "chat rc=$? at $(($(date +%s) - t0)) s (limit ${left} s)"
+for g in $(cat "$WORK/chat-work/pgids" 2>/dev/null); do kill -9 -- "-$g" 2>/dev/null; done
 if [ ! -s "$OUT/specforge-chat.json" ]; then
-  "$PY" bench/bench_specforge.py --assemble --workload chat --work "$OUT/chat-work" \
-    --out "$OUT/specforge-chat.json" "${chat_extra[@]}" >>"$OUT/logs/specforge-chat.log" 2>&1
-  echo "gpu_trainer_run: chat assembled from the workers' records rc=$?"
+  "$PY" bench/bench_specforge.py --assemble --workload chat --work "$WORK/chat-work" \
+    --out "$OUT/specforge-chat.json" "${chat_extra[@]}" >>"$WORK/logs/specforge-chat.log" 2>&1
+  say "chat assembled from the workers' records rc=$?"
 fi
-grep -h "^long-context \[" "$OUT/logs/long-context.log"
-grep -h "^bench_specforge \[" "$OUT/logs/specforge-chat.log"
-echo "gpu_trainer_run: done at $(($(date +%s) - t0)) s"
+grep -h "^long-context \[" "$WORK/logs/long-context.log" | tee -a "$SUMMARY"
+grep -h "^bench_specforge \[" "$WORK/logs/specforge-chat.log" | tee -a "$SUMMARY"
+tar czf "$OUT/run-logs.tar.gz" -C "$WORK" --exclude='*.lock' . 2>/dev/null
+say "done at $(($(date +%s) - t0)) s"

@@ -17,7 +17,9 @@ autocast's per-step casts do; GradSum adds them in place, about half the memory 
 `recompute_elementwise` checkpoints the merge and the loss norm: they keep only their inputs
 (already kept by their neighbours) and are recomputed in backward; both are elementwise, so the
 recompute is a few milliseconds against a ~400 ms step. Both are the trainer's defaults
-(train.TrainSection). All exact:
+(train.TrainSection), as are the input projections' halves of train.embed_once
+(SharedCastCols: each half's gradient into its columns of the fp32 sum) and the teacher's
+lm_head on the host between teachers (HostWeight, train.lm_head_on_host). All exact:
 tests/eagle3/drafter/test_drafter_long_memory.py compares losses and gradients with the plain
 unroll, in fp32 and under bf16 autocast.
 """

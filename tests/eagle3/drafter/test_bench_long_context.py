@@ -189,9 +189,9 @@ def test_the_one_call_script_rehearses_on_cpu(tmp_path):
     if not wheel.exists():
         env = {**os.environ, "PYTHON": sys.executable}
         subprocess.run(["bash", str(REPO / "bench" / "stage_long_context.sh")], env=env, check=True)
-    out = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OUT": str(out), "TINY": "1", "LC_S": "330",
-           "TOTAL_S": "700", "PYTHON": sys.executable}  # fmt: skip
+    out, work = tmp_path / "run", tmp_path / "work"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OUT": str(out), "WORK": str(work), "TINY": "1",
+           "LC_S": "330", "TOTAL_S": "700", "PYTHON": sys.executable}  # fmt: skip
     proc = subprocess.run(
         ["bash", str(REPO / "bench" / "gpu_trainer_run.sh")], cwd=REPO, env=env,
         capture_output=True, text=True, timeout=850,
@@ -209,9 +209,14 @@ def test_the_one_call_script_rehearses_on_cpu(tmp_path):
         assert chat[side]["tokens_per_s"] > 0, side
     assert "throughput_ratio" in chat and "throughput_ratio_equal_tokens" in chat
     assert "gpu_trainer_run: done" in proc.stdout
+    # what comes back from the device: at most 8 files, the rest in one archive
+    assert sorted(p.name for p in out.iterdir()) == [
+        "gpu-trainer-run.log", "long-context.json", "run-logs.tar.gz", "specforge-chat.json",
+    ]  # fmt: skip
+    assert "long-context [max seq]" in (out / "gpu-trainer-run.log").read_text()
     (out / "specforge-chat.json").unlink()
     cmd = [sys.executable, str(REPO / "bench" / "bench_specforge.py"), "--assemble", "--workload",
-           "chat", "--work", str(out / "chat-work"), "--out", str(out / "specforge-chat.json")]  # fmt: skip
+           "chat", "--work", str(work / "chat-work"), "--out", str(out / "specforge-chat.json")]  # fmt: skip
     subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True, timeout=120)
     again = json.loads((out / "specforge-chat.json").read_text())
     assert again["throughput"]["chat"]["throughput_ratio"] == chat["throughput_ratio"]
