@@ -153,7 +153,10 @@ class Pool:
         self.live: dict[str, dict] = {}
         self.ended: dict[str, dict] = {}
 
-    def spawn(self, role: str, extra: list[str], deadline: float, gb: float = 0) -> None:
+    def spawn(
+        self, role: str, extra: list[str], deadline: float, gb: float = 0, alone: bool = False
+    ) -> None:
+        """alone: no other child runs beside it (max_seq): every core compiles for it."""
         a = self.args
         cmd = [
             sys.executable, str(Path(__file__).resolve()), "--worker", role, "--device", a.device,
@@ -163,8 +166,11 @@ class Pool:
         if a.tiny:
             cmd.append("--tiny")
         log = open(self.work / f"{role}.log", "w")  # noqa: SIM115 (closed when it ends)
+        env = _env(a)
+        if alone and "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
+            env["TORCHINDUCTOR_COMPILE_THREADS"] = str(max(2, os.cpu_count() or 8))
         proc = subprocess.Popen(
-            cmd, cwd=REPO, env=_env(a), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         self.live[role] = {
             "proc": proc,
@@ -448,7 +454,7 @@ class Run:
         ]  # fmt: skip
         ours_trials: list[dict] = []
         if allowed > 60:
-            pool.spawn("max-ours", extra, self.end, 0)
+            pool.spawn("max-ours", extra, self.end, 0, alone=True)
             pool.wait({"max-ours"}, self.end)
             res = pool.result("max-ours")
             ours_trials = list(res.get("trials", []))

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 27's recorded trainer run on one GPU in ONE device call (at most TOTAL_S seconds, 530 by
+# Issue 27's recorded trainer run on one GPU in ONE device call (at most TOTAL_S seconds, 540 by
 # default: the run tool allows 600 with the machine's start outside it):
 #   1. bench_long_context (LC_S seconds): 4K equal work (the trainer's defaults first, SpecForge
 #      0.2.0, the lean set, the plain unroll; children side by side, each timing with the GPU
@@ -13,15 +13,15 @@
 # $OUT/specforge-chat.json, $OUT/gpu-trainer-run.log (this script's summary) and
 # $OUT/run-logs.tar.gz (every log and child record; the work directories are under $WORK).
 # Needs the SpecForge wheel in .whl/ (bash bench/stage_long_context.sh here; carry .whl).
-#   OUT=DIR TOTAL_S=530 bash bench/gpu_trainer_run.sh
+#   OUT=DIR TOTAL_S=540 bash bench/gpu_trainer_run.sh
 # CPU rehearsal of the whole script with tiny shapes (TINY=1: --tiny / --device cpu, ~4 min):
 #   OUT=/tmp/gtr TINY=1 bash bench/gpu_trainer_run.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results/run}
 WORK=${WORK:-$(mktemp -d /tmp/gpu-trainer-run-XXXX)}
-TOTAL=${TOTAL_S:-530}
-LC_S=${LC_S:-325}
+TOTAL=${TOTAL_S:-540}
+LC_S=${LC_S:-345}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT" "$WORK/logs"
 SUMMARY="$OUT/gpu-trainer-run.log"
