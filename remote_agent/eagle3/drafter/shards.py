@@ -133,19 +133,16 @@ def _step0_keys(d, h0, emb0, positions, casts, bounds):
 
 
 def sharded_forward_backward(
-    c, b, step: int, aux: torch.Tensor, weights, counts, st, tch, draft_rows: torch.Tensor
+    c, b, aux: torch.Tensor, weights, scales: torch.Tensor, tch, draft_rows: torch.Tensor
 ):
     """ttt_step.forward_backward's unroll, loss and backward in query shards (the module
-    docstring). aux: the step's aux (noise added); weights, counts: the loss weights and valid
-    counts of the whole batch; st, tch: its step targets and teacher (argmax, in_draft);
-    draft_rows: the draft vocabulary's rows of the target lm_head (each shard's p)."""
+    docstring). aux: the step's aux (noise added); weights, scales: the loss weights and each
+    TTT step's scale (weight / valid count) of the whole batch; tch: its teacher (argmax,
+    in_draft); draft_rows: the draft vocabulary's rows of the target lm_head (each shard's p)."""
     tc, n, steps = c.tc, b.input_ids.shape[1], c.steps
     module: Any = getattr(c.model, "module", c.model)
     d: Any = module.drafter
     bounds = shard_bounds(n, int(tc.shard_tokens))
-    from remote_agent.eagle3.drafter.ttt_step import step_scales
-
-    scales = step_scales(c.step_w, counts, c.dist.world)
     tokens = b.embeds if b.embeds is not None else step_tokens(b.input_ids, steps)
     norm = partial(recomputed, d.norm) if module.recompute_elementwise else d.norm
     compile_merge = bool(tc.compile and aux.is_cuda)

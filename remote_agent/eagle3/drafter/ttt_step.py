@@ -254,8 +254,9 @@ def forward_backward(c: StepContext, b, step: int) -> StepOut:
     aux = step_aux(c, b, step)
     if in_shards:
         assert draft_rows is not None
+        scales = step_scales(c.step_w, counts, c.dist.world)
         losses, args, tch = shards.sharded_forward_backward(
-            c, b, step, aux, weights, counts, st, tch, draft_rows
+            c, b, aux, weights, scales, tch, draft_rows
         )
         plan = RowPlan(None, [None] * c.steps, [None] * c.steps)  # every row ran every step
         return StepOut(losses, args, weights, counts, st, tch, sim_valid, plan)
