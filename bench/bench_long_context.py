@@ -347,7 +347,14 @@ class Run:
             return False  # the rerun after an OOM beside others: no other child of ours
         if self.args.device == "cpu":
             return len(running) < 2
-        return self.pool.gb() + EXPECTED_GB[side] <= ADMIT_GB
+        return self.pool.gb() + EXPECTED_GB[side] <= self.admit_gb()
+
+    def admit_gb(self) -> float:
+        """ADMIT_GB on an H200, the same share of a smaller card (an H100: ~70 of 79 GiB)."""
+        if "admit_gb" not in self.plan:
+            total = self.gpu_total_gib()
+            self.plan["admit_gb"] = round(ADMIT_GB * min(1.0, total / PRIOR_TOTAL_GIB), 1)
+        return self.plan["admit_gb"]
 
     def oom(self, role: str) -> bool:
         trials_ = self.pool.result(role).get("trials", [])
@@ -493,7 +500,7 @@ class Run:
             got = self.pool.result(role).get("gpu_total_gib")
             if got:
                 return float(got)
-        if self.tiny:
+        if self.tiny or self.args.device == "cpu":
             return 0.0
         try:
             out = subprocess.run(
