@@ -11,9 +11,10 @@ every phase, so one cut by the budget still says where it was.
 ONE call, `--budget-s` (default 530) for everything, parts in priority order:
 
   equal_work_4k       one 4,096-token sequence: tokens/s and peak memory of ours (the plain
-                      unroll, every memory option off), ours_mid (cast_weights_once +
-                      recompute_elementwise + compile_loss: the trainer's defaults),
-                      ours_lean (+ per-step checkpointing) and SpecForge,
+                      unroll, every memory option off), ours_mid (the trainer's defaults:
+                      cast_weights_once, recompute_elementwise, compile_loss, embed_once,
+                      embed_on_host, shard_tokens), ours_lean (+ per-step checkpointing) and
+                      SpecForge,
                       with ratios and which set meets issue 27's goal (>= 1.2x SpecForge's
                       tokens/s at <= 0.8x its memory). Children run
                       side by side while they start and compile (SpecForge's compile is the long
@@ -24,17 +25,23 @@ ONE call, `--budget-s` (default 530) for everything, parts in priority order:
   max_seq             per side a ladder of lengths then probes from the fitted memory (peak =
                       a + b x length: the next probe is the predicted longest fit) in the same
                       child until its first failure, then fresh children bisect (step 4,096)
-                      while time is left. Ours starts at the length the line through the two
-                      longest measured lean peaks predicts for 96 % of the card (predicted_top:
-                      16K 45.10 / 32K 69.48 GiB -> 73,728), then its timed 16K/32K rungs (a
-                      failure skips only rungs at or past it); SpecForge goes 16K, then probes
-                      while time is left. SpecForge's 4K child continues into its ladder (kept
-                      compiled; told to go once nothing else holds GPU memory) with MAXSEQ_SF_SHARE
-                      of what is left; then ours (lean options) in a fresh child. Each failure:
-                      kind (oom / error), message, the frame in this repository or SpecForge, the
-                      free memory then.
-  throughput_16k/32k  from our max_seq ladder's timed rungs at 16K and 32K (lean options):
-                      tokens/s and MFU.
+                      while time is left. Ours runs the trainer's defaults (--maxseq-side
+                      ours_mid: a batch longer than train.shard_tokens trains in query shards,
+                      drafter/shards.py): 16K (timed: it compiles the layer at the shard's
+                      shape), 131,072 (the goal), 32K (timed), then probes up to --maxseq-probe
+                      (256K: on an H200 the time, not the memory, bounds the search); a failure
+                      skips only rungs at or past it. The shard size comes from the card's
+                      memory (ladder_for: 16K on >= 120 GiB, the trainer's default; 8K below, so
+                      an H100 still reaches 128K by bench/memory_model.py), recorded with the
+                      figures. SpecForge goes 16K, then probes while time is left.
+                      SpecForge's 4K child continues into its ladder (kept compiled; told to go
+                      once nothing else holds GPU memory) with MAXSEQ_SF_SHARE of what is left;
+                      then ours in a fresh child. Each failure: kind (oom / error), message, the
+                      frame in this repository or SpecForge, the free memory then.
+  throughput_16k/32k  from our max_seq ladder's timed rungs at 16K and 32K (the defaults):
+                      tokens/s, MFU (model FLOPs, bench_train.model_flops) and mfu_executed
+                      (what the step executes: the embedding half of the input projections once
+                      per unroll, the shards' extra work).
   accept_by_position  long_context_accept.py, GPU-light: runs beside the equal-work children
                       from the start (paused while they time) and must end ACCEPT_GRACE_S after
                       them (max_seq needs the whole GPU); cut otherwise, with its stages done.
@@ -100,7 +107,7 @@ K = 1024
 # expected peak GiB of each 4K child (measured 2026-12-01/02: ours 47.4, lean 27.8, SpecForge
 # 35.1; ours_mid by bench/memory_breakdown.py's arithmetic ~31) and the accept child; children
 # start side by side only while the sum of the running ones stays under ADMIT_GB
-EXPECTED_GB = {"ours": 46, "ours_mid": 34, "ours_lean": 30, "specforge": 37, "accept": 20}
+EXPECTED_GB = {"ours": 44, "ours_mid": 31, "ours_lean": 28, "specforge": 37, "accept": 20}
 ADMIT_GB = 124  # of ~139 GiB: room for allocator slack and CUDA contexts; a child of ours
 # that still runs out of memory beside others is run again once (alone if need be)
 EQUAL_ORDER = ("ours_mid", "specforge", "ours_lean", "ours")  # the defaults first, plain last
@@ -114,13 +121,18 @@ FRESH_MIN_S = {
 }  # a fresh bisection child: start + compile + step
 MARGIN_S = 12  # writing the result and exiting
 PENDING = "pending: the run was stopped before this part ended"
-# ours: first the longest length the memory fit of earlier peaks predicts (PRIOR_PEAKS, or the
-# result file's), then the timed 16K/32K rungs, then fitted probes; SpecForge: 16K, then probes
-OURS_LADDER, SF_LADDER = [16 * K, 32 * K], [16 * K]
-# lean-option peaks (GiB) measured on one H200 (2026-12-02): 16K 45.10, 32K 69.48; 139.8 GiB
-PRIOR_PEAKS, PRIOR_TOTAL_GIB, FIT_SHARE = {16 * K: 45.10, 32 * K: 69.48}, 139.8, 0.96
+# ours (the trainer's defaults: a batch longer than train.shard_tokens runs in query shards,
+# drafter/shards.py): 16K first (timed; it compiles the layer at the shard's shape), then the
+# goal length, then 32K (timed), then probes while time is left; the shard size from the
+# card's memory (ladder_for). SpecForge: 16K, then probes.
+OURS_LADDER, SF_LADDER = [16 * K, 128 * K, 32 * K], [16 * K]
+# bench/memory_model.py (eager, so above the compiled GPU figures: 36.9 vs 32.24 GiB at 4K
+# before the sharded defaults): the defaults at 131,072 tokens peak at ~89 GiB in 16K shards
+# (fits an H200's 139.8 GiB), ~68 GiB in 8K shards (an H100's 79.2 GiB)
+BIG_CARD_GIB, SHARD_BIG, SHARD_SMALL, PRIOR_TOTAL_GIB = 120, 16 * K, 8 * K, 139.8
+MAX_PROBE = 256 * K  # a probe past the ladder: a 256K step is ~80 s on one H200
 TINY_SEQ4, TINY_STEP, TINY_T16, TINY_T32 = 256, 128, 512, 1024
-TINY_OURS, TINY_SF, TINY_FIRST = [512, 1024], [512, 1024], 1536
+TINY_OURS, TINY_SF, TINY_FIRST, TINY_SHARD = [512, 1024], [512, 1024], 1536, 512
 
 
 def _env(args) -> dict:
@@ -141,7 +153,10 @@ class Pool:
         self.live: dict[str, dict] = {}
         self.ended: dict[str, dict] = {}
 
-    def spawn(self, role: str, extra: list[str], deadline: float, gb: float = 0) -> None:
+    def spawn(
+        self, role: str, extra: list[str], deadline: float, gb: float = 0, alone: bool = False
+    ) -> None:
+        """alone: no other child runs beside it (max_seq): every core compiles for it."""
         a = self.args
         cmd = [
             sys.executable, str(Path(__file__).resolve()), "--worker", role, "--device", a.device,
@@ -151,8 +166,11 @@ class Pool:
         if a.tiny:
             cmd.append("--tiny")
         log = open(self.work / f"{role}.log", "w")  # noqa: SIM115 (closed when it ends)
+        env = _env(a)
+        if alone and "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
+            env["TORCHINDUCTOR_COMPILE_THREADS"] = str(max(2, os.cpu_count() or 8))
         proc = subprocess.Popen(
-            cmd, cwd=REPO, env=_env(a), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         self.live[role] = {
             "proc": proc,
@@ -329,7 +347,14 @@ class Run:
             return False  # the rerun after an OOM beside others: no other child of ours
         if self.args.device == "cpu":
             return len(running) < 2
-        return self.pool.gb() + EXPECTED_GB[side] <= ADMIT_GB
+        return self.pool.gb() + EXPECTED_GB[side] <= self.admit_gb()
+
+    def admit_gb(self) -> float:
+        """ADMIT_GB on an H200, the same share of a smaller card (an H100: ~70 of 79 GiB)."""
+        if "admit_gb" not in self.plan:
+            total = self.gpu_total_gib()
+            self.plan["admit_gb"] = round(ADMIT_GB * min(1.0, total / PRIOR_TOTAL_GIB), 1)
+        return self.plan["admit_gb"]
 
     def oom(self, role: str) -> bool:
         trials_ = self.pool.result(role).get("trials", [])
@@ -411,23 +436,32 @@ class Run:
             detail["specforge"] = {"ladder_child": strip(res), "cut": res.get("cut")}
         elif self.sf_ok:
             detail["specforge"] = {"cut": "its 4K child did not reach max_seq"}
-        # ours: a fresh child, lean options (the 4K lean child filled the compile cache); its
-        # first rung is the fitted top, so the goal length is tried before the time runs out
-        first = TINY_FIRST if self.tiny else predicted_top(self.report, self.step())
-        first = a.first_seq or first
-        self.plan["max_seq"]["ours_first"] = first
-        ours_l = [first] + (a.ours_ladder or (TINY_OURS if self.tiny else OURS_LADDER))
+        # ours: a fresh child with the trainer's defaults (long batches in query shards); the
+        # ladder and the shard size from the card's memory (ladder_for)
+        total = self.gpu_total_gib()
+        ladder, shard = ladder_for(total, self.tiny)
+        if a.first_seq:
+            ladder = [a.first_seq] + [x for x in (a.ours_ladder or ladder[1:]) if x != a.first_seq]
+        elif a.ours_ladder:
+            ladder = [ladder[0]] + [x for x in a.ours_ladder if x != ladder[0]]
+        shard = a.maxseq_shard or shard
+        self.plan["max_seq"].update(
+            ours_side=a.maxseq_side, ours_ladder=ladder, shard_tokens=shard, gpu_total_gib=total
+        )
         allowed = self.end - time.time()
         self.plan["max_seq"]["ours_share_s"] = round(allowed)
         extra = [
-            "--side", "ours_lean", "--seqs", ",".join(map(str, ours_l)), "--timed", "2",
+            "--side", a.maxseq_side, "--seqs", ",".join(map(str, ladder)), "--timed", "2",
             "--warmup", "1", "--search", "--step", str(self.step()),
+            "--max-probe", str(MAX_PROBE if a.maxseq_probe is None and not self.tiny
+                                else a.maxseq_probe or 0),
             "--timed-max-seq", str(TINY_T32 if self.tiny else 32 * K),
-            "--worker-budget-s", str(max(allowed - 40, 10)),
+            "--shard-tokens", str(shard),
+            "--worker-budget-s", str(max(allowed - 25, 10)),
         ]  # fmt: skip
         ours_trials: list[dict] = []
         if allowed > 60:
-            pool.spawn("max-ours", extra, self.end, 0)
+            pool.spawn("max-ours", extra, self.end, 0, alone=True)
             pool.wait({"max-ours"}, self.end)
             res = pool.result("max-ours")
             ours_trials = list(res.get("trials", []))
@@ -436,9 +470,9 @@ class Run:
             detail["ours"] = {"cut": f"{allowed:.0f} s left after SpecForge's ladder"}
         self.throughputs(ours_trials)
         # fresh-child bisection while time is left: ours first (the goal), then SpecForge
-        for side, tr in (("ours_lean", ours_trials), ("specforge", sf_trials)):
+        for side, tr in ((a.maxseq_side, ours_trials), ("specforge", sf_trials)):
             if tr:
-                tr.extend(self.bisect(side, tr))
+                tr.extend(self.bisect(side, tr, shard if side != "specforge" else 0))
         for name, tr in (("ours", ours_trials), ("specforge", sf_trials)):
             detail.setdefault(name, {}).update(bracket(tr, self.step()))
         self.report["max_seq_detail"] = detail
@@ -459,7 +493,25 @@ class Run:
         self.plan["max_seq"]["ended_at_s"] = self.at()
         self.save()
 
-    def bisect(self, side: str, tr: list[dict]) -> list[dict]:
+    def gpu_total_gib(self) -> float:
+        """The card's memory as the children recorded it (torch), else nvidia-smi's, else the
+        H200's; the orchestrator itself never opens a CUDA context."""
+        for role in list(self.pool.ended) + list(self.pool.live):
+            got = self.pool.result(role).get("gpu_total_gib")
+            if got:
+                return float(got)
+        if self.tiny or self.args.device == "cpu":
+            return 0.0
+        try:
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                capture_output=True, text=True, timeout=20,
+            )  # fmt: skip
+            return round(float(out.stdout.split()[0]) / 1024, 2)
+        except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+            return PRIOR_TOTAL_GIB
+
+    def bisect(self, side: str, tr: list[dict], shard: int = 0) -> list[dict]:
         out: list[dict] = []
         for i in range(self.args.bisect):
             b = bracket(tr + out, self.step())
@@ -473,8 +525,9 @@ class Run:
                 break
             mid = (lo + hi) // 2 // self.step() * self.step()
             role = f"bisect-{side}-{i}"
+            extra = ["--shard-tokens", str(shard)] if shard else []
             self.pool.spawn(role, ["--side", side, "--seqs", str(mid), "--timed", "0", "--warmup", "1",
-                                   "--worker-budget-s", str(left - 10)], self.end, 0)  # fmt: skip
+                                   "--worker-budget-s", str(left - 10), *extra], self.end, 0)  # fmt: skip
             self.pool.wait({role}, self.end)
             res = self.pool.result(role)
             t = next((t for t in res.get("trials", []) if t.get("seq") == mid and "ok" in t), None)
@@ -502,28 +555,25 @@ class Run:
                 seq = TINY_T16 if seq == 16 * K else TINY_T32
             t = by_seq.get(seq, {})
             if t.get("ok") and t.get("tokens_per_s"):
+                side = self.args.maxseq_side
                 self.report[label] = {k: t.get(k) for k in keys} | {
-                    "options": "ours_lean: " + ", ".join(trials.OPTION_SETS["ours_lean"])
+                    "options": {"side": side, **trials.OPTION_SETS[side]}
+                    | {"shard_tokens": self.plan["max_seq"].get("shard_tokens")},
+                    "mfu_executed": t.get("mfu_executed"),
                 }
             else:
                 why = t.get("error") or t.get("skipped") or "not reached in the budget"
                 self.report[label] = {"seq": seq, "cut" if "error" not in t else "error": why}
 
 
-def predicted_top(report: dict, step: int) -> int:
-    """The longest length a straight line through the two longest measured lean peaks (this
-    result file's max_seq trials of ours, else PRIOR_PEAKS) predicts to fit in FIT_SHARE of the
-    GPU, rounded down to `step`: 16K 45.10 / 32K 69.48 GiB of 139.8 -> 72K (73,728)."""
-    trials_ = (report.get("max_seq_detail", {}).get("ours", {}) or {}).get("trials", [])
-    seen = {t["seq"]: t["peak_mem_gb"] for t in trials_ if t.get("ok") and t.get("peak_mem_gb")}
-    peaks = seen if len(seen) >= 2 else PRIOR_PEAKS
-    (l1, p1), (l2, p2) = sorted(peaks.items())[-2:]
-    total = (report.get("max_seq_detail", {}).get("ours", {}).get("ladder_child") or {}).get(
-        "gpu_total_gib"
-    ) or PRIOR_TOTAL_GIB
-    slope = (p2 - p1) / (l2 - l1)
-    top = int((FIT_SHARE * total - (p2 - slope * l2)) / slope) // step * step
-    return max(top, l2 + step)
+def ladder_for(total_gib: float, tiny: bool = False) -> tuple[list[int], int]:
+    """Our max_seq rungs and the shard size for a card of `total_gib`: 16K (timed), the goal
+    length 131,072, 32K (timed); shards of 16K where the card has >= BIG_CARD_GIB (an H200;
+    the trainer's default), else 8K (an H100: the defaults' 16K shards would not leave room
+    for 128K, bench/memory_model.py). The tiny CPU rehearsal: its own lengths, shards of 512."""
+    if tiny:
+        return [TINY_FIRST, *TINY_OURS], TINY_SHARD
+    return list(OURS_LADDER), SHARD_BIG if total_gib >= BIG_CARD_GIB else SHARD_SMALL
 
 
 def strip(res: dict) -> dict:
@@ -603,9 +653,19 @@ def main(argv: list[str] | None = None) -> int:
         "--sf-maxseq-share", type=float, default=MAXSEQ_SF_SHARE,
         help="SpecForge's max_seq ladder: this share of the time after part 1 (0 = left out)",
     )  # fmt: skip
-    p.add_argument("--first-seq", type=int, help="ours' first max_seq rung (default: the fit)")
+    p.add_argument("--first-seq", type=int, help="ours' first max_seq rung (default: 16K)")
     p.add_argument(
-        "--ours-ladder", type=trials._ints, help="ours' max_seq rungs after the first (16K,32K)"
+        "--ours-ladder", type=trials._ints, help="ours' max_seq rungs after the first (128K,32K)"
+    )
+    p.add_argument(
+        "--maxseq-side", default="ours_mid", choices=("ours_mid", "ours_lean"),
+        help="our option set for max_seq and 16K/32K (default: the trainer's defaults)",
+    )  # fmt: skip
+    p.add_argument(
+        "--maxseq-shard", type=int, help="train.shard_tokens there (default: from the card)"
+    )
+    p.add_argument(
+        "--maxseq-probe", type=int, help="longest probe past the ladder (default 256K; 0: none)"
     )
     p.add_argument("--work", type=Path)
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "long-context.json")

@@ -289,12 +289,18 @@ def worker_throughput(side: str, args) -> dict:
     stubs: list[str] = []
     if not side.startswith("ours"):  # before our trainer exists (see import_sf)
         stubs = import_sf(Path(args.wheel), device)
+    # the trainer's defaults for ours; SpecForge's draft copies our device embedding and its
+    # step gets the lm_head tensor
+    ns.host_embed = side.startswith("ours")
+    ns.host_head = side.startswith("ours") and device != "cpu"
     drafter, ctx, params, opt, config, backend = bench_train.build(ns, device)
     seq = 4096 if device != "cpu" else 256
-    teacher = (ctx.lm_head, ctx.draft_ids)
+    from remote_agent.eagle3.drafter.ttt_step import teacher_head
+
+    teacher = (teacher_head(ctx), ctx.draft_ids)
     if args.workload == "full":
         batch, _ = bench_train.synthetic_batch(config, seq, 1, device, teacher=teacher)
-        units = [batch]
+        units = [bench_train.attach_embeds(batch, ctx, device)]
         docs = None
     else:
         tokens = seq * (3 if args.quick else 6)
@@ -303,7 +309,8 @@ def worker_throughput(side: str, args) -> dict:
             docs = bench_train.chat_docs(config, teacher, tokens, lengths=lengths)
         else:
             docs = bench_train.chat_docs(config, teacher, tokens)
-        units = bench_train.pack_docs(docs, seq, device) if side.startswith("ours") else None
+        ours = side.startswith("ours")
+        units = bench_train.pack_docs(docs, seq, device, ctx) if ours else None
     if side.startswith("ours"):
         from remote_agent.eagle3.drafter.train import forward_backward
 
@@ -353,7 +360,7 @@ def worker_throughput(side: str, args) -> dict:
     if side == "ours" and docs is not None:  # the same process (compile cache), same docs
         # equal tokens per step: bins of SpecForge's longest step (its longest conversation)
         eq_seq = max(d["ids"].numel() for d in docs)
-        eq_units = bench_train.pack_docs(docs, eq_seq, device)
+        eq_units = bench_train.pack_docs(docs, eq_seq, device, ctx)
         units = None
         res["equal_tokens"] = {
             "side": "ours_equal_tokens", "workload": args.workload, "seq": eq_seq,
@@ -662,6 +669,49 @@ def run_acceptance(args) -> dict:
 # -- orchestration ----------------------------------------------------------------------------
 
 
+def throughput_summary(tp: dict, workload: str) -> dict:
+    """The sides' records (ours, specforge, ...) with ours_equal_tokens split out and the
+    ratios of ours and of ours_equal_tokens to SpecForge (tokens/s, peak memory)."""
+    ours = tp.get("ours", {})
+    if "equal_tokens" in ours:  # measured in the same child (chat)
+        tp["ours_equal_tokens"] = ours.pop("equal_tokens")
+    tp["ours_options"] = "the trainer's defaults (eagle3 train with no options)"
+    sf = tp.get("specforge", {})
+    for name, key in (("ours", ""), ("ours_equal_tokens", "_equal_tokens")):
+        side = tp.get(name, {})
+        if "tokens_per_s" in side and "tokens_per_s" in sf:
+            tp[f"throughput_ratio{key}"] = round(side["tokens_per_s"] / sf["tokens_per_s"], 3)
+            if side.get("peak_mem_gb") and sf.get("peak_mem_gb"):
+                tp[f"memory_ratio{key}"] = round(side["peak_mem_gb"] / sf["peak_mem_gb"], 3)
+    tp["goal_ratio"] = 1.7 if workload == "chat" else 1.2
+    return tp
+
+
+def assemble(work: Path, out: Path, workload: str, device: str) -> int:
+    """The result file from the workers' own records in `work` (throughput-<side>.json, the
+    probe's if it ran): for a parent cut by a time limit after its workers wrote them."""
+    import transformers
+
+    tp = {}
+    for path in sorted(work.glob("throughput-*.json")):
+        tp[path.stem.removeprefix("throughput-")] = json.loads(path.read_text())
+    if not tp:
+        print(f"bench_specforge --assemble: no worker record in {work}", file=sys.stderr)
+        return 1
+    probe_path = work / "probe.json"
+    report = {
+        "bench": "specforge",
+        "machine": describe(device=device, transformers=transformers.__version__),
+        "probe": json.loads(probe_path.read_text()) if probe_path.exists() else None,
+        "throughput": {workload: throughput_summary(tp, workload)},
+        "assembled": f"from the workers' own records ({work.name}/throughput-*.json): the "
+        "parent was cut by its time limit before it wrote this file; the same formula",
+    }
+    save_result(out, report)
+    print_summary(report)
+    return 0
+
+
 def run_worker(args, role: str, extra: list[str] | None = None) -> dict:
     out = Path(args.work) / f"{role}.json"
     cmd = worker_cmd(args, role, extra)
@@ -767,7 +817,15 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=int)
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "specforge.json")
+    p.add_argument(
+        "--assemble", action="store_true",
+        help="write --out from the workers' records already in --work (a parent cut by a limit)",
+    )  # fmt: skip
     args = p.parse_args(argv)
+    if args.assemble:
+        if args.work is None:
+            p.error("--assemble needs --work")
+        return assemble(args.work, args.out, (args.workload or ["chat"])[0], args.device or "cuda")
     import torch
 
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -817,20 +875,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 for side in sides:
                     tp[side] = run_worker(args, f"throughput-{side}", extra)
-            if "equal_tokens" in tp["ours"]:  # measured in the same child (chat)
-                tp["ours_equal_tokens"] = tp["ours"].pop("equal_tokens")
-            tp["ours_options"] = "the trainer's defaults (eagle3 train with no options)"
-            sf = tp["specforge"]
-            for name, key in (("ours", ""), ("ours_equal_tokens", "_equal_tokens")):
-                ours = tp.get(name, {})
-                if "tokens_per_s" in ours and "tokens_per_s" in sf:
-                    tp[f"throughput_ratio{key}"] = round(
-                        ours["tokens_per_s"] / sf["tokens_per_s"], 3
-                    )
-                    if ours.get("peak_mem_gb") and sf.get("peak_mem_gb"):
-                        tp[f"memory_ratio{key}"] = round(ours["peak_mem_gb"] / sf["peak_mem_gb"], 3)
-            tp["goal_ratio"] = 1.7 if workload == "chat" else 1.2
-            report["throughput"][workload] = tp
+            report["throughput"][workload] = throughput_summary(tp, workload)
     if "acceptance" in parts:
         try:
             report["acceptance"] = run_acceptance(args)
@@ -838,26 +883,7 @@ def main(argv: list[str] | None = None) -> int:
             report["acceptance"] = {"error": f"{type(exc).__name__}: {exc}"}
     save_result(args.out, report)
     print(json.dumps(report, indent=1, default=str)[:6000])
-    for workload, tp in report.get("throughput", {}).items():
-        if "throughput_ratio" in tp:
-            print(
-                f"bench_specforge [{workload}]: ours {tp['ours']['tokens_per_s']} tok/s vs "
-                f"SpecForge {tp['specforge']['tokens_per_s']} tok/s = {tp['throughput_ratio']}x "
-                f"(goal {tp['goal_ratio']}x); memory {tp['ours']['peak_mem_gb']} vs "
-                f"{tp['specforge']['peak_mem_gb']} GB"
-                + (
-                    f"; at equal tokens per step ({tp['ours_equal_tokens']['seq']}) "
-                    f"{tp['ours_equal_tokens']['tokens_per_s']} tok/s, "
-                    f"{tp['ours_equal_tokens']['peak_mem_gb']} GB"
-                    if "tokens_per_s" in tp.get("ours_equal_tokens", {})
-                    else ""
-                )
-                + (
-                    f"; ours without idle-row skipping {tp['ours-noskip']['tokens_per_s']} tok/s"
-                    if "tokens_per_s" in tp.get("ours-noskip", {})
-                    else ""
-                )
-            )
+    print_summary(report)
     acc = report.get("acceptance", {})
     if "eval_ours" in acc and "eval_specforge" in acc:
         print(
@@ -866,6 +892,31 @@ def main(argv: list[str] | None = None) -> int:
             f"after {args.epochs} epochs"
         )
     return 0
+
+
+def print_summary(report: dict) -> None:
+    for workload, tp in report.get("throughput", {}).items():
+        if "throughput_ratio" not in tp:
+            print(f"bench_specforge [{workload}]: no ratio ({sorted(tp)})")
+            continue
+        eq = tp.get("ours_equal_tokens", {})
+        print(
+            f"bench_specforge [{workload}]: ours {tp['ours']['tokens_per_s']} tok/s vs "
+            f"SpecForge {tp['specforge']['tokens_per_s']} tok/s = {tp['throughput_ratio']}x "
+            f"(goal {tp['goal_ratio']}x); memory {tp['ours']['peak_mem_gb']} vs "
+            f"{tp['specforge']['peak_mem_gb']} GB"
+            + (
+                f"; at equal tokens per step ({eq['seq']}) {eq['tokens_per_s']} tok/s, "
+                f"{eq['peak_mem_gb']} GB"
+                if "tokens_per_s" in eq
+                else ""
+            )
+            + (
+                f"; ours without idle-row skipping {tp['ours-noskip']['tokens_per_s']} tok/s"
+                if "tokens_per_s" in tp.get("ours-noskip", {})
+                else ""
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -71,8 +71,14 @@ def sync(device) -> None:
         torch.cuda.synchronize()
 
 
-def model_flops(c: dict, doc_lengths: list[int], ttt: int) -> dict:
-    """FLOPs of one training step on a packed sequence (see the module docstring)."""
+def model_flops(
+    c: dict, doc_lengths: list[int], ttt: int, embed_once: bool = False, shard: int = 0
+) -> dict:
+    """FLOPs of one training step on a packed sequence (see the module docstring). With the
+    trainer's embed_once / shard_tokens also `train_executed`: what the step executes (the
+    input projections' embedding half once per unroll instead of per TTT step; in shards
+    step 0's projections twice more, its k/v backward once more, the teacher's draft logits
+    once more); `train_total` stays the model's count (MFU's numerator)."""
     h, th = c["hidden_size"], c["target_hidden_size"]
     k_aux = len(c["eagle_config"]["eagle_aux_hidden_state_layer_ids"])
     inter, vd, v = c["intermediate_size"], c["draft_vocab_size"], c["vocab_size"]
@@ -100,6 +106,16 @@ def model_flops(c: dict, doc_lengths: list[int], ttt: int) -> dict:
     fc = 2 * k_aux * th * h * tokens
     teacher = 2 * h * v * tokens
     train_drafter = 3 * (lin + attn) + 2 * fc
+    executed = train_drafter + teacher
+    if c["architectures"][0] == "LlamaForCausalLMEagle3":
+        in_out, kv_out = (heads + 2 * kv) * hd, 2 * kv * hd
+    else:
+        in_out, kv_out = ql + kl + rope, kl + rope
+    if embed_once:  # the embedding half (H x in_out) once per unroll: forward, dgrad, wgrad
+        executed -= 3 * 2 * h * in_out * tokens * (ttt - 1)
+    if shard and tokens > shard:  # phases 1 and 3 of shards.py, and the teacher's draft p
+        executed += 2 * 2 * (2 * h) * in_out * tokens + 2 * 2 * (2 * h) * kv_out * tokens
+        executed += 2 * h * vd * tokens
     return {
         "tokens": tokens,
         "ttt_linear_fwd": lin,
@@ -108,6 +124,7 @@ def model_flops(c: dict, doc_lengths: list[int], ttt: int) -> dict:
         "teacher_fwd": teacher,
         "train_drafter": train_drafter,
         "train_total": train_drafter + teacher,
+        "train_executed": executed,
         "per_token_total": (train_drafter + teacher) / tokens,
     }
 
@@ -198,9 +215,18 @@ def build(args, device):
     drafter.embed_tokens.to(cdtype)
     drafter.to(device)
     lm_head, embed = target_tensors(v, dims["hidden"], device, cdtype)
+    host_embed = None
     if not drafter.embed_tokens.weight.requires_grad:
         with torch.no_grad():
             drafter.embed_tokens.weight.copy_(embed)
+        # the trainer's default (train.embed_on_host): the frozen embedding stays on the host,
+        # each batch carries its rows (attach_embeds); off for the plain unroll and SpecForge
+        if getattr(args, "host_embed", not getattr(args, "plain", False)):
+            host_embed = embed.cpu()
+            drafter.embed_tokens.weight = torch.nn.Parameter(
+                embed.new_empty(0, embed.shape[1]), requires_grad=False
+            )
+    del embed
     tc = TrainSection(ttt_steps=args.ttt, compile=not args.no_compile)
     if getattr(args, "plain", False):  # every memory option off (bench_long_context's sets)
         step = TTTStep(drafter, tc.ttt_steps, tc.loss_chunk)
@@ -230,8 +256,26 @@ def build(args, device):
         bf16,
         Dist(),
         tc,
+        host_embed,
     )
+    # the trainer's default on CUDA (train.lm_head_on_host): the teacher's lm_head waits on the
+    # host between teachers; off for the plain unroll and SpecForge (its step gets the tensor)
+    if getattr(args, "host_head", not getattr(args, "plain", False) and device != "cpu"):
+        from remote_agent.eagle3.drafter.memory import HostWeight
+
+        ctx.host_head, ctx.lm_head = HostWeight(lm_head, torch.device(device)), None
     return drafter, ctx, params, opt, config, backend
+
+
+def attach_embeds(batch, ctx, device):
+    """The batch with the rows of the host embedding (the loader's Batch.embeds, on the
+    device like the rest of it) when the embedding stays on the host (build); else as it is."""
+    from remote_agent.eagle3.drafter.data import embed_rows
+
+    if ctx.host_embed is not None:
+        ids = batch.input_ids.cpu()
+        batch.embeds = embed_rows(ctx.host_embed, ids, ctx.steps).to(device)
+    return batch
 
 
 def teacher_states(lm_head, draft_ids, n: int, g):
@@ -297,24 +341,25 @@ def chat_docs(
     return out
 
 
-def pack_docs(docs: list[dict], seq: int, device) -> list:
-    """The trainer's packing (first fit, longest first here) and batch layout, on the device."""
+def pack_docs(docs: list[dict], seq: int, device, ctx=None) -> list:
+    """The trainer's packing (first fit, longest first here) and batch layout, on the device
+    (with the host embedding's rows where ctx keeps it there: attach_embeds)."""
     from remote_agent.eagle3.drafter.data import first_fit, packed_batch
 
     docs = sorted(docs, key=lambda d: -d["ids"].numel())
     bins = first_fit([d["ids"].numel() for d in docs], seq, window=len(docs))
-    return [
-        packed_batch(
-            [(docs[i]["ids"], docs[i]["aux"], docs[i]["final"], docs[i]["mask"]) for i in b],
-            seq,
-            [],
-        ).to(device)
-        for b in bins
-    ]
+    out = []
+    for b in bins:
+        parts = [(docs[i]["ids"], docs[i]["aux"], docs[i]["final"], docs[i]["mask"]) for i in b]
+        batch = packed_batch(parts, seq, []).to(device)
+        out.append(attach_embeds(batch, ctx, device) if ctx is not None else batch)
+    return out
 
 
 def run(args) -> dict:
     import torch
+
+    from remote_agent.eagle3.drafter.ttt_step import teacher_head
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     seq = args.seq or (4096 if device != "cpu" else 256)
@@ -322,8 +367,9 @@ def run(args) -> dict:
         pass  # threads: OMP_NUM_THREADS decides
     drafter, ctx, params, opt, config, backend = build(args, device)
     batch, lengths = synthetic_batch(
-        config, seq, args.docs, device, teacher=(ctx.lm_head, ctx.draft_ids)
+        config, seq, args.docs, device, teacher=(teacher_head(ctx), ctx.draft_ids)
     )
+    attach_embeds(batch, ctx, device)
     warmup, steps = (2, 4) if args.quick else (3, 10)
     if args.steps:
         steps = args.steps
@@ -363,7 +409,7 @@ def run(args) -> dict:
 
     sync(device)
     t = time.perf_counter()
-    teacher(batch.final[0], ctx.lm_head, ctx.draft_ids, ctx.t2d, ctx.tc.teacher_chunk)
+    teacher(batch.final[0], teacher_head(ctx), ctx.draft_ids, ctx.t2d, ctx.tc.teacher_chunk)
     sync(device)
     teacher_s = time.perf_counter() - t
     n_params = sum(p.numel() for p in params)

@@ -41,7 +41,7 @@ H200_PEAK = 790e12
 # the defaults plus per-step checkpointing, for the longest sequences
 
 
-def _defaults() -> dict[str, bool]:
+def _defaults() -> dict[str, Any]:
     from remote_agent.eagle3.drafter.config import TrainSection
 
     tc = TrainSection()
@@ -50,17 +50,21 @@ def _defaults() -> dict[str, bool]:
         "recompute_elementwise": tc.recompute_elementwise,
         "compile_loss": tc.compile_loss,
         "checkpoint_steps": tc.checkpoint_ttt_steps,
+        "embed_once": tc.embed_once,
+        "embed_on_host": tc.embed_on_host is not False,  # null = on (one GPU, a dump)
+        "lm_head_on_host": tc.lm_head_on_host is not False,  # null = on with CUDA
+        "shard_tokens": tc.shard_tokens,
     }
 
 
-OPTION_SETS: dict[str, dict[str, bool]] = {
+OPTION_SETS: dict[str, dict[str, Any]] = {
     "ours": {},
     "ours_mid": _defaults(),
     "ours_lean": {**_defaults(), "checkpoint_steps": True},
 }
 # CPU rehearsal (--tiny): lengths past which a trial raises an emulated OOM, so the failure,
 # search and bisection paths run without a GPU
-TINY_OOM = {"ours_lean": 1600, "specforge": 700}
+TINY_OOM = {"ours_mid": 1600, "ours_lean": 1600, "specforge": 700}
 
 
 def shape_args(args) -> argparse.Namespace:
@@ -121,6 +125,8 @@ def make_side(side: str, args, device: str):
 
         import_sf(Path(args.wheel), device)
     opts = OPTION_SETS.get(side, {})
+    ns.host_embed = bool(opts.get("embed_on_host"))  # not TTTStep attributes: build's
+    ns.host_head = bool(opts.get("lm_head_on_host")) and device != "cpu"
     checkpointed = bool(opts.get("checkpoint_steps"))
     if checkpointed:
         ns.no_compile = True  # compiled below as the trainer does under checkpointing
@@ -129,8 +135,15 @@ def make_side(side: str, args, device: str):
         from remote_agent.eagle3.drafter.train import compile_layer, forward_backward
 
         for name, value in opts.items():
+            if name == "shard_tokens":  # a train.* option: the step reads it from ctx.tc
+                ctx.tc = dataclasses.replace(ctx.tc, shard_tokens=value)
+                continue
+            if name in ("embed_on_host", "lm_head_on_host"):
+                continue
             assert hasattr(ctx.model, name), name
             setattr(ctx.model, name, value)
+        if getattr(args, "shard_tokens", 0):  # the max_seq ladder's shard size (the card's)
+            ctx.tc = dataclasses.replace(ctx.tc, shard_tokens=args.shard_tokens)
         if checkpointed and device == "cuda":
             compile_layer(drafter, checkpointed=True)
             ctx.tc = dataclasses.replace(ctx.tc, compile=True)  # the merge too, as the trainer
@@ -172,6 +185,7 @@ class Worker:
         self.rec: dict[str, Any] = {
             "side": args.side,
             "options": OPTION_SETS.get(args.side, "SpecForge 0.2.0 recipe"),
+            "shard_tokens": getattr(args, "shard_tokens", 0) or None,
             "pid": os.getpid(),
             "phases": {},
             "trials": [],
@@ -258,7 +272,12 @@ class Worker:
         """Probes from the memory fit until the first failure (then fresh processes bisect)."""
         while not self.failed() and time.time() < self.deadline:
             nxt = next_probe(self.rec["trials"], self.args.step, self.rec.get("gpu_total_gib"))
-            if nxt is None or (self.args.max_probe and nxt > self.args.max_probe):
+            if nxt is not None and self.args.max_probe and nxt > self.args.max_probe:
+                done = [t["seq"] for t in self.rec["trials"] if "ok" in t]
+                nxt = self.args.max_probe if self.args.max_probe not in done else None
+                if nxt is not None and nxt <= max(done, default=0):
+                    nxt = None
+            if nxt is None:
                 return
             self.trial(nxt, 0)
 
@@ -277,7 +296,12 @@ class Worker:
                 raise torch.OutOfMemoryError(
                     f"CUDA out of memory (tiny rehearsal: emulated at {seq})"
                 )
-            b = device_batch(self.config, seq, dev, self.ctx.lm_head, self.ctx.draft_ids, seed=seq)
+            from remote_agent.eagle3.drafter.ttt_step import teacher_head
+
+            head = teacher_head(self.ctx)
+            b = device_batch(self.config, seq, dev, head, self.ctx.draft_ids, seed=seq)
+            del head
+            bench_train.attach_embeds(b, self.ctx, dev)  # the host embedding's rows (defaults)
             if dev == "cuda":
                 torch.cuda.reset_peak_memory_stats()
             for w in range(args.warmup):
@@ -305,13 +329,19 @@ class Worker:
             rec["ok"] = True
             if times:
                 step_s = sorted(times)[len(times) // 2]
-                flops = bench_train.model_flops(self.config, [seq], args.ttt)["train_total"]
+                opts = OPTION_SETS.get(args.side, {})
+                shard = getattr(args, "shard_tokens", 0) or opts.get("shard_tokens") or 0
+                fl = bench_train.model_flops(
+                    self.config, [seq], args.ttt, bool(opts.get("embed_once")), int(shard)
+                )
+                flops = fl["train_total"]
                 rec.update(
                     step_s=round(step_s, 4),
                     step_s_all=[round(x, 4) for x in times],
                     tokens_per_s=round(seq / step_s, 1),
                     model_tflops_per_s=round(flops / step_s / 1e12, 2),
                     mfu=round(flops / step_s / H200_PEAK, 4),
+                    mfu_executed=round(fl["train_executed"] / step_s / H200_PEAK, 4),
                 )
             if dev == "cuda":
                 timed_peak = torch.cuda.max_memory_allocated() / 2**30 if times else 0.0
@@ -375,6 +405,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--worker-budget-s", type=float, default=600, help=argparse.SUPPRESS)
     p.add_argument("--timed-max-seq", type=int, default=32 * 1024, help=argparse.SUPPRESS)
+    p.add_argument("--shard-tokens", type=int, default=0, help=argparse.SUPPRESS)
 
 
 def _ints(s: str) -> list[int]:

@@ -55,6 +55,7 @@ SLOW: tuple[str, ...] = (
     "tests/faults/test_audit.py::test_box_head_deleted_is_refused",
     "tests/eagle3/drafter/test_drafter_attention.py::test_compiled_merge_matches_eager",
     "tests/eagle3/drafter/test_drafter_long_memory.py::test_compiled_",
+    "tests/eagle3/drafter/test_drafter_shards.py::test_compiled_",
     "tests/eagle3/drafter/test_drafter_long_memory.py::test_shared_cast_gradients_reach_ddp",
     "tests/eagle3/drafter/test_drafter_long_memory.py::test_recomputing_soft_ce_matches",
     "tests/eagle3/drafter/test_drafter_context.py::test_a_short_drafter_fails_in_real_sglang",

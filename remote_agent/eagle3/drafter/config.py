@@ -20,7 +20,9 @@ from typing import Any
 from remote_agent.eagle3.errors import BadInput
 
 
-def doc(text: str, default: Any = dataclasses.MISSING, choices: tuple | None = None, **kw: Any):
+def doc(
+    text: str, default: Any = dataclasses.MISSING, choices: tuple | None = None, **kw: Any
+) -> Any:
     """A dataclass field carrying its documentation (and allowed values) in metadata."""
     meta = {"doc": text, "choices": choices}
     if isinstance(default, list | dict):
@@ -203,6 +205,34 @@ class TrainSection:
         "to eager if it cannot compile); applied where the layer is compiled (CUDA, "
         "train.compile)",
         True,
+    )
+    embed_once: bool = doc(
+        "the embedding half of the layer's input projections (q/k/v; MLA: q_a, kv_a) computed "
+        "once per unroll over the L + ttt_steps rows instead of once per TTT step (every step's "
+        "embeddings are shifted rows of one sequence): the same sums, 12 % fewer FLOPs at the "
+        "Kimi shape; within bf16 rounding (the two halves are rounded before their sum)",
+        True,
+    )
+    shard_tokens: int = doc(
+        "a batch longer than this trains in query shards of this many positions, one after "
+        "another against the step-0 keys and values of all positions (exact: the same loss and "
+        "gradients; activation memory of one shard, so 128K-token samples fit one GPU); one "
+        "process only (not DDP/FSDP: use sequence_parallel there); a multiple of 128; 0 = off",
+        16384,
+    )
+    embed_on_host: bool | None = doc(
+        "the frozen target embedding stays in host memory and the loader gathers each batch's "
+        "rows (one [L + ttt_steps, H] tensor per batch, every TTT step a view of it: exact, the "
+        "same rows; 2.2 GiB less GPU memory at the Kimi shape); null = on where the embedding is "
+        "frozen, the data is a dump (not --online) and parallel is not fsdp",
+        None,
+    )
+    lm_head_on_host: bool | None = doc(
+        "the target lm_head (the teacher's; 2.19 GiB at the Kimi shape) waits in pinned host "
+        "memory between teachers: dropped from the GPU after the step's teacher, uploaded again "
+        "on a side stream while backward runs (exact: the same bytes); null = on with CUDA "
+        "except under sequence_parallel",
+        None,
     )
     teacher_fp32: bool = doc("compute teacher logits in fp32 (slower; bf16 matches serving)", False)
     log_every: int = doc("emit a metrics line every N steps", 10)

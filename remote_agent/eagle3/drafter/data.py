@@ -90,13 +90,33 @@ class Batch:
     tokens: int  # real (non-padding) tokens
     sample_ids: list[str]
     sources: list[str] | None = None  # each document's record source (per-source metrics)
+    # [1, L + pad, H]: the frozen embedding's rows of step_tokens(input_ids, pad), gathered by
+    # the loader on the host (model.StepInputs); None = looked up on the device
+    embeds: torch.Tensor | None = None
 
     def to(self, device, non_blocking: bool = True) -> Batch:
         move = {
             k: getattr(self, k).to(device, non_blocking=non_blocking)
             for k in ("input_ids", "aux", "final", "loss_mask", "doc", "positions")
         }
-        return Batch(**move, tokens=self.tokens, sample_ids=self.sample_ids, sources=self.sources)
+        embeds = None if self.embeds is None else self.embeds.to(device, non_blocking=non_blocking)
+        return Batch(
+            **move, tokens=self.tokens, sample_ids=self.sample_ids, sources=self.sources,
+            embeds=embeds,
+        )  # fmt: skip
+
+
+def step_tokens(input_ids: torch.Tensor, pad: int) -> torch.Tensor:
+    """[B, L + pad]: the ids, then token 0 `pad` times. TTT step k at position t reads token
+    t+1+k of this (step_targets pads the ids past the end with 0 the same way), so one
+    embedding lookup of it serves every step (model.StepInputs)."""
+    return torch.nn.functional.pad(input_ids, (0, pad))
+
+
+def embed_rows(table: torch.Tensor, input_ids: torch.Tensor, pad: int, pin: bool = False):
+    """The rows of a (host) embedding table for step_tokens(input_ids, pad): [1, L + pad, H]."""
+    rows = table.index_select(0, step_tokens(input_ids, pad).flatten()).unsqueeze(0)
+    return rows.pin_memory() if pin else rows
 
 
 def first_fit(lengths: list[int], max_tokens: int, window: int) -> list[list[int]]:
@@ -250,9 +270,13 @@ class Loader:
         epochs: int,
         prefetch: int = 4,
         pin: bool = False,
+        embed: torch.Tensor | None = None,
+        embed_pad: int = 0,
     ) -> None:
         self.plan, self.rank = plan, rank
         self.pin = pin
+        # the frozen embedding kept on the host: each batch carries its rows (Batch.embeds)
+        self.embed, self.embed_pad = embed, embed_pad
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, prefetch))
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -318,6 +342,8 @@ class Loader:
             sources.append(rec.source)
         batch = packed_batch(parts, batch_length(plan.max_tokens, parts), sample_ids, self.pin)
         batch.sources = sources
+        if self.embed is not None:
+            batch.embeds = embed_rows(self.embed, batch.input_ids, self.embed_pad, self.pin)
         return batch
 
     def __iter__(self):

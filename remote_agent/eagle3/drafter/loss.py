@@ -79,19 +79,41 @@ def teacher(
     t2d: torch.Tensor,
     chunk: int = 1024,
     fp32: bool = False,
+    keep_p: bool = True,
 ) -> Teacher:
-    """final [N, H], lm_head [V, H] (target), draft_ids [Vd] target ids of the draft vocab."""
+    """final [N, H], lm_head [V, H] (target), draft_ids [Vd] target ids of the draft vocab.
+    keep_p False: the argmax and in_draft only (p None; a caller that needs p for some rows
+    makes it with teacher_probs: long sequences in shards, shards.py)."""
     n = final.shape[0]
-    p = torch.empty(n, draft_ids.numel(), dtype=torch.float32, device=final.device)
+    p = (
+        torch.empty(n, draft_ids.numel(), dtype=torch.float32, device=final.device)
+        if keep_p
+        else None
+    )
     arg = torch.empty(n, dtype=torch.long, device=final.device)
     w = lm_head.float() if fp32 else lm_head
     for lo in range(0, n, chunk):
         f = final[lo : lo + chunk].to(w.dtype)
         logits = f @ w.T  # [chunk, V]; never the whole batch at once
         arg[lo : lo + chunk] = logits.argmax(-1)
-        p[lo : lo + chunk] = torch.softmax(logits.index_select(1, draft_ids).float(), dim=-1)
+        if p is not None:
+            p[lo : lo + chunk] = torch.softmax(logits.index_select(1, draft_ids).float(), dim=-1)
         del logits
     return Teacher(p, arg, t2d[arg])
+
+
+@torch.no_grad()
+def teacher_probs(
+    final: torch.Tensor, draft_rows: torch.Tensor, chunk: int = 1024, fp32: bool = False
+) -> torch.Tensor:
+    """[N, Vd] fp32: teacher's p of `final` rows from the draft vocabulary's rows of the target
+    lm_head alone (draft_rows = lm_head[draft_ids]): the draft columns of the full logits, as
+    matmul results of the same rows and vectors (a kernel may sum in another order: rounding)."""
+    w = draft_rows.float() if fp32 else draft_rows
+    p = torch.empty(final.shape[0], w.shape[0], dtype=torch.float32, device=final.device)
+    for lo in range(0, final.shape[0], chunk):
+        p[lo : lo + chunk] = torch.softmax((final[lo : lo + chunk].to(w.dtype) @ w.T).float(), -1)
+    return p
 
 
 def _chunk_forward(zl: torch.Tensor, pc: torch.Tensor, rw: torch.Tensor, scale: torch.Tensor):
@@ -185,13 +207,27 @@ class HeadGrad:
 
     def __init__(self, master: torch.Tensor, dtype: torch.dtype, uses: int) -> None:
         with torch.no_grad():
-            self.low = master.detach().to(dtype)
-        self.master_dtype, self.uses, self.seen = master.dtype, uses, 0
+            self.low: torch.Tensor | None = master.detach().to(dtype)
+        self.master_dtype, self.uses, self.seen, self.forwards = master.dtype, uses, 0, 0
         acc = torch.promote_types(dtype, torch.float32)
         self.total = torch.zeros(master.shape, dtype=acc, device=master.device)
 
     def accumulate(self, g: torch.Tensor, h: torch.Tensor) -> None:
+        if self.total is None:
+            raise RuntimeError("shared lm_head: used after its gradient was handed over")
         mm_into(self.total, g.T, h)
+
+    def weight(self) -> torch.Tensor:
+        if self.low is None:
+            raise RuntimeError("shared lm_head: more forward calls than uses")
+        return self.low
+
+    def forward_done(self) -> None:
+        """After a use's forward: the last one drops the compute-dtype copy (backward only hands
+        the fp32 sum on), so it is not held through backward (0.43 GiB at the Kimi shape)."""
+        self.forwards += 1
+        if self.forwards >= self.uses:
+            self.low = None
 
     def hand_over(self, grad_out: torch.Tensor) -> torch.Tensor | None:
         """The master's gradient at the last use's backward (None before it). The sum was made
@@ -225,7 +261,7 @@ class _SoftCE(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h, weight, p, row_weight, scale, head: HeadGrad, chunk: int, compiled: bool):
         with torch.autocast(h.device.type, enabled=False):  # every dtype here is explicit
-            w = head.low
+            w = head.weight()
             n = h.shape[0]
             acc = torch.promote_types(h.dtype, torch.float32)
             grad_h = torch.empty_like(h)
@@ -240,6 +276,8 @@ class _SoftCE(torch.autograd.Function):
                 arg[lo : lo + chunk] = arg_c
                 grad_h[lo : lo + chunk] = g @ w
                 head.accumulate(g, hc)
+            del w
+            head.forward_done()
         ctx.save_for_backward(grad_h)
         ctx.head = head
         ctx.mark_non_differentiable(arg)

@@ -17,7 +17,9 @@ autocast's per-step casts do; GradSum adds them in place, about half the memory 
 `recompute_elementwise` checkpoints the merge and the loss norm: they keep only their inputs
 (already kept by their neighbours) and are recomputed in backward; both are elementwise, so the
 recompute is a few milliseconds against a ~400 ms step. Both are the trainer's defaults
-(train.TrainSection). All exact:
+(train.TrainSection), as are the input projections' halves of train.embed_once
+(SharedCastCols: each half's gradient into its columns of the fp32 sum) and the teacher's
+lm_head on the host between teachers (HostWeight, train.lm_head_on_host). All exact:
 tests/eagle3/drafter/test_drafter_long_memory.py compares losses and gradients with the plain
 unroll, in fp32 and under bf16 autocast.
 """
@@ -56,7 +58,8 @@ class GradSum:
     more traffic per step and matrix set on the Kimi shape; 0.4288 -> 0.4134 s per 4K step on
     one H200: bench/results/profile-4k/2026-12-02a-gradsum.json). Same values in the same order, so bit for bit what autocast's per-use casts
     give. The last use hands the sum to the master (its AccumulateGrad, so DDP/FSDP hooks fire
-    as usual)."""
+    as usual). uses 0: open-ended (a step of several backward passes whose use counts differ
+    by matrix, shards.py): nothing is handed over until SharedCasts.finish."""
 
     def __init__(self, uses: int) -> None:
         self.uses, self.seen = uses, 0
@@ -67,8 +70,20 @@ class GradSum:
             self.total = grad.to(dtype)
         else:
             add_into(self.total, grad)
+        return self._count()
+
+    def add_cols(
+        self, grad: torch.Tensor, dtype: torch.dtype, shape: torch.Size, lo: int, hi: int
+    ) -> torch.Tensor | None:
+        """A use of the columns lo..hi-1 only (a half of an input projection: SharedCastCols)."""
+        if self.total is None:
+            self.total = grad.new_zeros(shape, dtype=dtype)
+        add_into(self.total[:, lo:hi], grad)
+        return self._count()
+
+    def _count(self) -> torch.Tensor | None:
         self.seen += 1
-        if self.seen < self.uses:
+        if self.uses == 0 or self.seen < self.uses:
             return None
         total, self.total, self.seen = self.total, None, 0
         return total
@@ -89,31 +104,82 @@ class SharedCast(torch.autograd.Function):
         return ctx.grads.add(grad, ctx.dtype), None, None
 
 
+class SharedCastCols(torch.autograd.Function):
+    """SharedCast of the columns lo..hi-1 of a matrix: its gradient is added to those columns of
+    the master's fp32 GradSum (no full-size gradient of a slice per use)."""
+
+    @staticmethod
+    def forward(ctx, master, low_cols, grads: GradSum, lo: int, hi: int) -> torch.Tensor:
+        ctx.dtype, ctx.shape, ctx.grads, ctx.cols = master.dtype, master.shape, grads, (lo, hi)
+        return low_cols.view_as(low_cols)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        total = ctx.grads.add_cols(grad, ctx.dtype, ctx.shape, *ctx.cols)
+        return total, None, None, None, None
+
+
 class SharedCasts:
     """The layer's matrices cast once for an unroll of `uses` steps: {name: (master, low copy,
-    GradSum)} (norm vectors stay fp32: the norms compute in fp32 from them)."""
+    GradSum)} (norm vectors stay fp32: the norms compute in fp32 from them). split: the input
+    projections are used by halves (DecoderLayer.pre_parts: each TTT step its hidden half, the
+    unroll once its embedding half), one more use each."""
 
-    def __init__(self, layer: nn.Module, dtype: torch.dtype, uses: int) -> None:
+    def __init__(
+        self, layer: nn.Module, dtype: torch.dtype, uses: int, split: bool = False
+    ) -> None:
+        """uses: the TTT steps of the unroll, or 0: open-ended sums (finish hands them over)."""
         self.items: dict[str, tuple[nn.Parameter, torch.Tensor, GradSum]] = {}
+        attn = getattr(layer, "self_attn", None)
+        halves = {id(p.weight) for p in attn.in_projs()} if split and attn is not None else set()
         for name, p in layer.named_parameters():
             if p.ndim == 2 and p.dtype != dtype:
                 with torch.no_grad():
                     low = p.detach().to(dtype)
-                self.items[name] = (p, low, GradSum(uses))
+                extra = 1 if uses and id(p) in halves else 0
+                self.items[name] = (p, low, GradSum(uses + extra))
 
     def unfinished(self) -> list[str]:
         """Matrices whose gradient sum was started but not handed over (a step's backward
         missing): empty after every complete backward."""
         return [name for name, (_, _, g) in self.items.items() if g.seen]
 
+    def finish(self) -> None:
+        """Open-ended sums (GradSum uses 0) to their masters' .grad, added to what is there:
+        after the last backward pass of a step made of several (shards.py)."""
+        for master, _, g in self.items.values():
+            if g.total is not None:
+                master.grad = g.total if master.grad is None else master.grad + g.total
+            g.total, g.seen = None, 0
 
-def unroll_casts(layer: nn.Module, uses: int, enabled: bool) -> SharedCasts | None:
-    """The shared casts for an unroll of `uses` steps (each uses every matrix once) when
-    `enabled` (train.cast_weights_once) and autocast is on: its dtype; else None."""
+
+def unroll_casts(
+    layer: nn.Module, uses: int, enabled: bool, split: bool = False
+) -> SharedCasts | None:
+    """The shared casts for an unroll of `uses` steps (each uses every matrix once; split: the
+    input projections by halves, SharedCasts) when `enabled` (train.cast_weights_once) and
+    autocast is on: its dtype; else None."""
     dev = next(layer.parameters()).device.type
     if not (enabled and torch.is_autocast_enabled(dev)):
         return None
-    return SharedCasts(layer, torch.get_autocast_dtype(dev), uses)
+    return SharedCasts(layer, torch.get_autocast_dtype(dev), uses, split)
+
+
+def input_halves(layer: nn.Module, casts: SharedCasts | None, half: str) -> list[torch.Tensor]:
+    """The `half` ("embed": columns 0..H-1, "hidden": H..2H-1) of each input projection's
+    weight (DecoderLayer.pre_parts), through a SharedCastCols node each (its gradient to the
+    fp32 sum of those columns), or the master's slice without casts."""
+    projs: list[nn.Linear] = layer.self_attn.in_projs()  # type: ignore[union-attr, operator]
+    h = projs[0].weight.shape[1] // 2
+    lo, hi = (0, h) if half == "embed" else (h, 2 * h)
+    if casts is None or not casts.items:
+        return [p.weight[:, lo:hi] for p in projs]
+    by_id = {id(master): (master, low, g) for master, low, g in casts.items.values()}
+    out = []
+    for p in projs:
+        master, low, grads = by_id[id(p.weight)]
+        out.append(SharedCastCols.apply(master, low[:, lo:hi], grads, lo, hi))
+    return out
 
 
 def check_handed_over(casts: SharedCasts | None, head=None) -> None:
@@ -175,3 +241,65 @@ def recomputed(fn, *args):
     from torch.utils.checkpoint import checkpoint
 
     return checkpoint(fn, *args, use_reentrant=False)
+
+
+class HostWeight:
+    """A frozen tensor kept in (pinned) host memory, on the device only while it is used: the
+    teacher's target lm_head (train.lm_head_on_host; 2.19 GiB at the Kimi shape) is needed at
+    the start of a step only, so the step drops its device copy after the teacher (`release`)
+    and uploads it again (`prefetch`, on a side stream: the copy engine works while backward
+    computes) once backward has freed more than it takes; the next teacher's `get` waits for
+    the upload. The device copy holds the same bytes: nothing changes but where it lives."""
+
+    def __init__(self, tensor: torch.Tensor, device: torch.device) -> None:
+        self.device = torch.device(device)
+        cuda = self.device.type == "cuda"
+        host = tensor.detach().to("cpu")
+        self.host = host.pin_memory() if cuda else host.clone()
+        self.stream = torch.cuda.Stream(self.device) if cuda else None
+        self.dev: torch.Tensor | None = None
+        self.event: torch.cuda.Event | None = None
+        self.uploads = 0
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.host.shape
+
+    def prefetch(self) -> None:
+        """Start the upload (no wait); nothing when the device copy is there."""
+        if self.dev is not None:
+            return
+        if self.stream is None:
+            self.dev = self.host.to(self.device, copy=True)
+        else:
+            current = torch.cuda.current_stream(self.device)
+            dev = torch.empty(self.host.shape, dtype=self.host.dtype, device=self.device)
+            self.stream.wait_stream(current)  # its memory may have been freed by work queued there
+            with torch.cuda.stream(self.stream):
+                dev.copy_(self.host, non_blocking=True)
+            dev.record_stream(self.stream)
+            self.event = torch.cuda.Event()
+            self.event.record(self.stream)
+            self.dev = dev
+        self.uploads += 1
+
+    def get(self) -> torch.Tensor:
+        """The device copy, its upload finished before anything queued after this call."""
+        self.prefetch()
+        if self.event is not None:
+            torch.cuda.current_stream(self.device).wait_event(self.event)
+            self.event = None
+        assert self.dev is not None
+        return self.dev
+
+    def release(self) -> None:
+        """Drop the device copy (the host copy stays): work already queued keeps its memory."""
+        self.dev, self.event = None, None
+
+    def prefetch_hook(self):
+        """A tensor hook that starts the upload when a gradient reaches it (returns it as is)."""
+
+        def hook(grad: torch.Tensor) -> None:
+            self.prefetch()
+
+        return hook

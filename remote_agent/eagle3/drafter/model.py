@@ -182,11 +182,20 @@ class LlamaAttention(nn.Module):
         self.o_proj = nn.Linear(self.heads * self.head_dim, h, bias=False)
         self.scale = self.head_dim**-0.5
 
+    def in_projs(self) -> list[nn.Linear]:
+        """The projections of the 2H-wide layer input (DecoderLayer.pre_parts splits them)."""
+        return [self.q_proj, self.k_proj, self.v_proj]
+
     def qkv(self, x: torch.Tensor, positions: torch.Tensor):
+        return self.qkv_from([p(x) for p in self.in_projs()], positions)
+
+    def qkv_from(self, parts: list[torch.Tensor], positions: torch.Tensor):
+        """q, k, v from the in_projs outputs."""
         cos, sin = rope_cos_sin(positions, self.head_dim, self.theta)
-        q = rope_neox(_split_heads(self.q_proj(x), self.heads), cos, sin)
-        k = rope_neox(_split_heads(self.k_proj(x), self.kv_heads), cos, sin)
-        v = _split_heads(self.v_proj(x), self.kv_heads)
+        qp, kp, vp = parts
+        q = rope_neox(_split_heads(qp, self.heads), cos, sin)
+        k = rope_neox(_split_heads(kp, self.kv_heads), cos, sin)
+        v = _split_heads(vp, self.kv_heads)
         return q, k, v
 
     def out(self, o: torch.Tensor) -> torch.Tensor:
@@ -217,11 +226,20 @@ class MLAAttention(nn.Module):
         self.kv_heads = self.heads
         self.scale = self.head_dim**-0.5
 
+    def in_projs(self) -> list[nn.Linear]:
+        """The projections of the 2H-wide layer input (DecoderLayer.pre_parts splits them)."""
+        return [self.q_a_proj, self.kv_a_proj_with_mqa]
+
     def qkv(self, x: torch.Tensor, positions: torch.Tensor):
+        return self.qkv_from([p(x) for p in self.in_projs()], positions)
+
+    def qkv_from(self, parts: list[torch.Tensor], positions: torch.Tensor):
+        """q, k, v from the in_projs outputs."""
+        qa, kva = parts
         cos, sin = rope_cos_sin(positions, self.rope, self.theta)
-        q = _split_heads(self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x))), self.heads)
+        q = _split_heads(self.q_b_proj(self.q_a_layernorm(qa)), self.heads)
         q_nope, q_pe = q.split([self.nope, self.rope], dim=-1)
-        latent, k_pe = self.kv_a_proj_with_mqa(x).split([self.kv_lora, self.rope], dim=-1)
+        latent, k_pe = kva.split([self.kv_lora, self.rope], dim=-1)
         kv = _split_heads(self.kv_b_proj(self.kv_a_layernorm(latent)), self.heads)
         k_nope, v = kv.split([self.nope, self.v_dim], dim=-1)
         k_pe = rope_interleaved(k_pe.unsqueeze(1), cos, sin)  # one rotary key shared by all heads
@@ -263,10 +281,53 @@ class DecoderLayer(nn.Module):
         q, k, v = self.self_attn.qkv(x, positions)
         return q, k, v, hidden
 
+    # The input projections split by input half: W x = W_e input_layernorm(embeds) +
+    # W_h hidden_norm(hidden). A TTT step's embeddings are the shifted rows of one sequence
+    # (model.StepInputs), so the embedding half is one matmul per unroll over its L + steps
+    # rows (embed_parts), each step adding its rows to its hidden half (pre_parts).
+
+    def embed_parts(self, embeds: torch.Tensor, weights: list[torch.Tensor]) -> list[torch.Tensor]:
+        """W_e input_layernorm(embeds) for each input projection (weights: their W_e)."""
+        e = self.input_layernorm(embeds)
+        return [F.linear(e, w) for w in weights]
+
+    def pre_parts(
+        self,
+        hidden: torch.Tensor,
+        parts: list[torch.Tensor],
+        positions: torch.Tensor,
+        weights: list[torch.Tensor],
+    ):
+        """pre() from the embedding halves of the input projections (`parts`, this step's rows
+        of embed_parts) and their hidden halves' weights W_h."""
+        h = self.hidden_norm(hidden)
+        outs = [e + F.linear(h, w) for e, w in zip(parts, weights, strict=True)]
+        q, k, v = self.self_attn.qkv_from(outs, positions)
+        return q, k, v, hidden
+
     def post(self, attn: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         """attention output [B, heads, L, dv] -> pre-norm hidden [B, L, H]."""
         residual = residual + self.self_attn.out(attn)
         return residual + self.mlp(self.post_attention_layernorm(residual))
+
+
+class StepInputs:
+    """The input embeddings of every TTT step, from one [B, L + steps, H] tensor `ext` (the
+    embeddings of data.step_tokens: the packed ids, then token 0 for the positions past the
+    end, as data.step_targets pads): step k at position t reads token t+1+k, i.e. row 1+k+t.
+    Every step's rows are a view of `ext`, so an unroll makes one lookup (or none: the loader
+    gathers `ext` on the host, data.Loader) instead of one [L, H] copy per step that each step
+    kept for backward."""
+
+    def __init__(self, ext: torch.Tensor) -> None:
+        self.ext = ext
+
+    def step(self, k: int, n: int) -> torch.Tensor:
+        if self.ext.shape[1] < n + k + 1:
+            raise ValueError(
+                f"step inputs cover {self.ext.shape[1]} rows; step {k} needs {n + k + 1}"
+            )
+        return self.ext[:, 1 + k : 1 + k + n]
 
 
 class Eagle3Drafter(nn.Module):
@@ -327,20 +388,28 @@ class Eagle3Drafter(nn.Module):
 
     # -- training-time test --------------------------------------------------------------
 
+    def step_inputs(self, tokens: torch.Tensor) -> StepInputs:
+        """StepInputs from the ids of one packed sequence plus its pad ([B, L + steps]:
+        data.step_tokens): one embedding lookup for the whole unroll."""
+        return StepInputs(self.embed_tokens(tokens))
+
     def ttt(
         self,
         aux: torch.Tensor,
-        step_ids,
+        step_ids: list[torch.Tensor] | StepInputs,
         positions: torch.Tensor,
         attention,
         steps: int,
         rows: torch.Tensor | None = None,
         checkpoint: bool = False,
         casts: SharedCasts | None = None,
+        hidden0: torch.Tensor | None = None,
+        embed_once: bool = False,
     ):
         """Unroll `steps` draft steps over a packed sequence; returns the pre-norm outputs.
 
-        step_ids[k] holds the input tokens of step k ([B, L]: token t+1+k at position t).
+        step_ids[k] holds the input tokens of step k ([B, L]: token t+1+k at position t), each
+        embedded in its step; or StepInputs: every step's embeddings as views of one lookup.
         `attention(q, k0, v0, ks, vs)` lets the step-k query at position t see the step-0 keys
         at positions <= t of its document plus the keys of steps 1..k at position t itself,
         exactly what the query of draft step k sees in SGLang's chain.
@@ -356,16 +425,42 @@ class Eagle3Drafter(nn.Module):
         `steps` uses) and shared by its steps, instead of once per step and call (autocast under
         torch.compile keeps a copy per step for backward). Gradients still reach the fp32 masters
         per step and accumulate there in fp32, as with autocast.
+
+        hidden0: project(aux) already made (a shard of a long sequence: shards.py); aux unused.
+
+        embed_once (with StepInputs): the embedding half of the layer's input projections is
+        one matmul over the L + steps rows (DecoderLayer.embed_parts), each step adding its
+        rows to its hidden half (pre_parts): the same sums with 6 of 7 embedding-half matmuls
+        (forward and backward) fewer, 12 % of the step's FLOPs at the Kimi shape. casts must
+        then be made with split=True (memory.unroll_casts) or be None.
         """
-        hidden = self.project(aux)
+        from remote_agent.eagle3.drafter.memory import input_halves
+
+        hidden = self.project(aux) if hidden0 is None else hidden0
+        parts = None
+        if embed_once and isinstance(step_ids, StepInputs):
+            parts = self.midlayer.embed_parts(
+                step_ids.ext, input_halves(self.midlayer, casts, "embed")
+            )
         k0 = v0 = None
         ks: list[torch.Tensor] = []
         vs: list[torch.Tensor] = []
         outs = []
+        n = positions.shape[1]
         for k in range(steps):
-            ids_k, pos_k = step_ids[k], positions
+            pos_k = positions
+            ids_k: torch.Tensor | tuple[torch.Tensor, ...]
+            if parts is not None:  # this step's rows of the embedding halves
+                ids_k = tuple(StepInputs(x).step(k, n) for x in parts)
+            elif isinstance(step_ids, StepInputs):
+                ids_k = step_ids.step(k, n)
+            else:
+                ids_k = step_ids[k]
             if k > 0 and rows is not None:
-                ids_k, pos_k = ids_k[:, rows], pos_k[:, rows]
+                pos_k = pos_k[:, rows]
+                ids_k = (
+                    tuple(x[:, rows] for x in ids_k) if isinstance(ids_k, tuple) else ids_k[:, rows]
+                )
                 if k == 1:
                     hidden = hidden[:, rows]
             if checkpoint:  # keep only the step's outputs; its insides are recomputed in backward
@@ -386,14 +481,22 @@ class Eagle3Drafter(nn.Module):
             hidden = self.next_hidden(out)
         return outs
 
-    def _step(self, hidden, ids, positions, attention, k0, v0, ks, vs, casts=None):
+    def _step(self, hidden, tokens, positions, attention, k0, v0, ks, vs, casts=None):
         """One draft step -> (pre-norm output, this step's key, value); step 0 when k0 is None.
-        casts: the layer's shared low-precision matrices (memory.SharedCasts) or None."""
-        from remote_agent.eagle3.drafter.memory import layer_weights
+        tokens: the step's input ids, their embeddings (StepInputs), or its rows of the input
+        projections' embedding halves (a tuple: ttt's embed_once). casts: the layer's shared
+        low-precision matrices (memory.SharedCasts) or None."""
+        from remote_agent.eagle3.drafter.memory import input_halves, layer_weights
 
         layer = self.midlayer
+        # per step its own SharedCastCols nodes: each step's gradient reaches the fp32 sum alone
+        halves = input_halves(layer, casts, "hidden") if isinstance(tokens, tuple) else []
         with layer_weights(layer, casts):
-            q, kk, vv, residual = layer.pre(hidden, self.embed_tokens(ids), positions)
+            if isinstance(tokens, tuple):
+                q, kk, vv, residual = layer.pre_parts(hidden, list(tokens), positions, halves)
+            else:
+                emb = tokens if tokens.is_floating_point() else self.embed_tokens(tokens)
+                q, kk, vv, residual = layer.pre(hidden, emb, positions)
             if k0 is None:
                 k0, v0 = kk, vv
             else:

@@ -27,9 +27,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from remote_agent.eagle3.drafter.data import StepTargets, step_targets
+from remote_agent.eagle3.drafter.data import StepTargets, step_targets, step_tokens
 from remote_agent.eagle3.drafter.loss import HeadGrad, Teacher, soft_ce_scaled, teacher
 from remote_agent.eagle3.drafter.memory import check_handed_over, recomputed, unroll_casts
+from remote_agent.eagle3.drafter.model import StepInputs
 from remote_agent.eagle3.drafter.seq_parallel import SeqParallelAttention
 from remote_agent.eagle3.drafter.simulate import chain_depth
 from remote_agent.eagle3.drafter.ttt_attention import BLOCK
@@ -39,6 +40,7 @@ from remote_agent.eagle3.drafter.ttt_step import (
     StepOut,
     chain_starts,
     step_scales,
+    teacher_head,
 )
 
 
@@ -62,8 +64,9 @@ def sp_forward_backward(
     st = step_targets(b, steps)
     top = min(n, hi + steps)  # the teachers of t+1+k for this rank's t
     part = teacher(
-        b.final[0, lo:top], c.lm_head, c.draft_ids, c.t2d, tc.teacher_chunk, tc.teacher_fp32
-    )
+        b.final[0, lo:top], teacher_head(c), c.draft_ids, c.t2d, tc.teacher_chunk,
+        tc.teacher_fp32,
+    )  # fmt: skip
     argmax = torch.full((n,), -2, dtype=torch.long, device=dev)  # never a draft id: no hit
     argmax[lo:top] = part.argmax
     in_draft = torch.zeros(n, dtype=torch.bool, device=dev)
@@ -96,10 +99,15 @@ def sp_forward_backward(
     p_all = part.p
     assert p_all is not None  # the teacher's p, freed after the forward below
     with c.autocast:
-        casts = unroll_casts(d.midlayer, steps, module.cast_weights_once)
+        casts = unroll_casts(d.midlayer, steps, module.cast_weights_once, module.embed_once)
+        # step k at t reads row 1+k+t of the batch's step tokens: this rank's rows lo..hi+steps
+        inputs = (
+            StepInputs(b.embeds[:, lo : hi + steps]) if b.embeds is not None
+            else d.step_inputs(step_tokens(b.input_ids, steps)[:, lo : hi + steps])
+        )  # fmt: skip
         outs = d.ttt(
-            aux[:, lo:hi], [x[:, lo:hi] for x in st.ids], b.positions[:, lo:hi], attention, steps,
-            None, module.checkpoint_steps, casts,
+            aux[:, lo:hi], inputs, b.positions[:, lo:hi], attention, steps,
+            None, module.checkpoint_steps, casts, embed_once=module.embed_once,
         )  # fmt: skip
         norm = partial(recomputed, d.norm) if module.recompute_elementwise else d.norm
         for k in range(steps):

@@ -29,6 +29,7 @@ from remote_agent.eagle3.drafter.config import Config
 from remote_agent.eagle3.drafter.context import target_context_length
 from remote_agent.eagle3.drafter.data import Loader, Plan, load_vocab
 from remote_agent.eagle3.drafter.loss import load_target_tensor
+from remote_agent.eagle3.drafter.memory import HostWeight
 from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
 from remote_agent.eagle3.drafter.multinode import check_shared_out
 from remote_agent.eagle3.drafter.parallel import load_optimizer, trainable_count, wrap
@@ -71,6 +72,7 @@ def compile_layer(drafter: Eagle3Drafter, checkpointed: bool) -> None:
     TTT merge is compiled by the attention itself (ttt_attention._merge_fn)."""
     dynamic = True if checkpointed else None
     drafter.midlayer.pre = torch.compile(drafter.midlayer.pre, dynamic=dynamic)
+    drafter.midlayer.pre_parts = torch.compile(drafter.midlayer.pre_parts, dynamic=dynamic)
     drafter.midlayer.post = torch.compile(drafter.midlayer.post, dynamic=dynamic)
     drafter.norm.forward = torch.compile(drafter.norm.forward, dynamic=True)
 
@@ -143,7 +145,8 @@ def train(cfg: Config) -> dict[str, Any]:
     total_steps = tc.max_steps or tc.epochs * steps_per_epoch
     # with max_steps, allow one more epoch: packing varies a little from epoch to epoch
     epochs = max(tc.epochs, math.ceil(total_steps / steps_per_epoch) + (1 if tc.max_steps else 0))
-    drafter, lm_head, vocab_n = _target_and_drafter(cfg, plan, device, bf16)
+    host_embed = _embed_on_host(cfg, d.world)
+    drafter, lm_head, vocab_n, embed = _target_and_drafter(cfg, plan, device, bf16, host_embed)
     draft_ids = drafter.draft_ids()
 
     # multi-node: every rank must see rank 0's train.out and pick the same checkpoint
@@ -174,14 +177,19 @@ def train(cfg: Config) -> dict[str, Any]:
     autocast = (
         torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
     )  # fmt: skip
+    host_head = None
+    if _lm_head_on_host(tc, device.type, sp):  # the teacher's lm_head between teachers
+        host_head, lm_head = HostWeight(lm_head, device), None
     step_ctx = StepContext(
-        model, lm_head, draft_ids, drafter.t2d, steps_k, step_w, scale, backend, autocast, bf16, d, tc
+        model, lm_head, draft_ids, drafter.t2d, steps_k, step_w, scale, backend, autocast, bf16, d, tc,
+        embed, host_head,
     )  # fmt: skip
     pin = cfg.data.pin_memory and device.type == "cuda"
     rank = 0 if sp else d.rank  # sequence parallel: every rank loads rank 0's batches
     loader_cls = Loader if not cfg.online.server else _online().OnlineLoader  # online/source.py
+    host = {} if embed is None else {"embed": embed, "embed_pad": steps_k}  # Batch.embeds
     loader = loader_cls(
-        plan, rank, res.epoch, res.step, epochs, prefetch=cfg.data.prefetch, pin=pin
+        plan, rank, res.epoch, res.step, epochs, prefetch=cfg.data.prefetch, pin=pin, **host
     )
     window = Window(step_w, depth)
     progress = Progress("train", total_steps, "step", start=global_step) if d.main else None
@@ -307,8 +315,33 @@ def _plan(cfg: Config, d: Dist, world: int) -> Plan:
     return plan
 
 
-def _target_and_drafter(cfg: Config, plan: Plan, device, bf16: bool):
-    """Target lm_head (the teacher, on device), vocab mapping and the initialised drafter."""
+def _lm_head_on_host(tc, device_type: str, sp: bool) -> bool:
+    """train.lm_head_on_host as this run applies it: null = on with CUDA, off under sequence
+    parallelism (every rank's teacher of its rows: kept on the device)."""
+    if tc.lm_head_on_host is None:
+        return device_type == "cuda" and not sp
+    return bool(tc.lm_head_on_host)
+
+
+def _embed_on_host(cfg: Config, world: int) -> bool:
+    """train.embed_on_host as this run applies it (null: on where it can be; true where it
+    cannot is an error). Only a frozen embedding can stay on the host: frozen = the drafter's
+    hidden size is the target's (checked once the dump's is known: _target_and_drafter)."""
+    tc = cfg.train
+    why = (
+        "the data is streamed (--online)" if cfg.online.server
+        else "parallel: fsdp shards the drafter" if tc.parallel == "fsdp" and world > 1
+        else None
+    )  # fmt: skip
+    if tc.embed_on_host and why:
+        raise BadInput(f"train.embed_on_host: not with {why}")
+    return why is None if tc.embed_on_host is None else bool(tc.embed_on_host)
+
+
+def _target_and_drafter(cfg: Config, plan: Plan, device, bf16: bool, host_embed: bool = False):
+    """Target lm_head (the teacher, on device), vocab mapping, the initialised drafter and,
+    with `host_embed` and a frozen embedding, that embedding on the host (the drafter's own is
+    then empty: the loader gathers each batch's rows; else None)."""
     tdtype = torch.bfloat16 if bf16 else torch.float32
     lm_head = load_target_tensor(Path(cfg.target.path), cfg.target.lm_head_key, dtype=tdtype)
     embed = load_target_tensor(Path(cfg.target.path), cfg.target.embed_key, dtype=tdtype)
@@ -321,10 +354,20 @@ def _target_and_drafter(cfg: Config, plan: Plan, device, bf16: bool):
     d2t, t2d, _ = load_vocab(Path(cfg.data.vocab) if cfg.data.vocab else None, vocab_size)
     drafter = build_drafter(cfg, plan.meta, vocab_size, d2t, t2d, embed, lm_head, cfg.train.seed)
     drafter.num_target_layers = plan.meta.num_layers
+    host = None
     if not drafter.embed_tokens.weight.requires_grad:
         drafter.embed_tokens.to(tdtype)  # frozen: keep it in the compute dtype
+        if host_embed:
+            host = drafter.embed_tokens.weight.detach().clone()
+            drafter.embed_tokens.weight = torch.nn.Parameter(  # a lookup would fail loudly
+                host.new_empty(0, host.shape[1]), requires_grad=False
+            )
+    elif cfg.train.embed_on_host:
+        raise BadInput(
+            "train.embed_on_host: the embedding is trained (drafter hidden size differs)"
+        )
     drafter.to(device)
-    return drafter, lm_head.to(device), f"{d2t.numel()}/{vocab_size}"
+    return drafter, lm_head.to(device), f"{d2t.numel()}/{vocab_size}", host
 
 
 def _optimizer(params, tc, total_steps: int, device):

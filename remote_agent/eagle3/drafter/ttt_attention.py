@@ -253,7 +253,13 @@ def _flex_block_mask(doc: torch.Tensor, rows: torch.Tensor | None, compile_mask:
     return create_block_mask(mask_mod, b, None, n, n, device=doc.device, _compile=compile_mask)
 
 
-def _doc_block_mask(doc: torch.Tensor, keep: torch.Tensor | None, mask_mod, block: int = BLOCK):
+def _doc_block_mask(
+    doc: torch.Tensor,
+    keep: torch.Tensor | None,
+    mask_mod,
+    block: int = BLOCK,
+    q_range: tuple[int, int] | None = None,
+):
     """BlockMask of mask_mod (causal + same document, optionally only kept query rows plus the
     diagonal) from block statistics: O((L / block)^2) booleans, eager, no compile.
 
@@ -263,7 +269,9 @@ def _doc_block_mask(doc: torch.Tensor, keep: torch.Tensor | None, mask_mod, bloc
     qb's last and qb has no padding and every row kept. Diagonal blocks always hold (q, q) and
     are never full (keys after the query). Partial = some but not all visible, as
     create_block_mask counts them (positions past L are invisible), so the result equals its
-    tensors (tests/eagle3/drafter/test_drafter_long_memory.py)."""
+    tensors (tests/eagle3/drafter/test_drafter_long_memory.py). q_range (lo, hi): the query
+    rows are positions lo..hi-1 only (block-aligned: lo a multiple of `block`, hi too or L),
+    keys all L positions: the rows of those query blocks (shards.py)."""
     from torch.nn.attention.flex_attention import BlockMask
 
     b, n = doc.shape
@@ -294,6 +302,14 @@ def _doc_block_mask(doc: torch.Tensor, keep: torch.Tensor | None, mask_mod, bloc
         num = m.sum(-1).to(torch.int32)
         return num, torch.argsort(m, dim=-1, descending=True, stable=True).to(torch.int32)
 
+    q_len = n
+    if q_range is not None:
+        lo, hi = q_range
+        partial, full, q_len = (
+            partial[:, lo // block : -(-hi // block)],
+            full[:, lo // block : -(-hi // block)],
+            hi - lo,
+        )
     kv_num, kv_idx = ordered(partial)
     full_num, full_idx = ordered(full)
     return BlockMask.from_kv_blocks(
@@ -303,7 +319,31 @@ def _doc_block_mask(doc: torch.Tensor, keep: torch.Tensor | None, mask_mod, bloc
         full_idx,
         BLOCK_SIZE=(block, block),
         mask_mod=mask_mod,
-        seq_lengths=(n, n),
+        seq_lengths=(q_len, n),
+    )
+
+
+def flex_block_mask_range(doc: torch.Tensor, lo: int, hi: int, compile_mask: bool = False):
+    """The causal + document mask of the query rows lo..hi-1 (a shard of the sequence, B = 1)
+    over the keys of all L positions: flex then runs Q = hi - lo rows against K = L, the key
+    blocks past a query block (and other documents') skipped. lo must be a multiple of BLOCK
+    and hi too (or L), so every query block is a block of the whole sequence's mask."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    b, n = doc.shape
+    if lo % BLOCK or (hi % BLOCK and hi != n) or not 0 <= lo < hi <= n:
+        raise ValueError(
+            f"query rows {lo}..{hi} of {n}: shard borders must be multiples of {BLOCK}"
+        )
+    off = torch.tensor(lo, device=doc.device)  # a tensor: one compiled kernel for every shard
+
+    def mask_mod(bi, h, qi, ki):
+        return (ki <= qi + off) & (doc[bi, qi + off] == doc[bi, ki])
+
+    if n == 0 or bool((doc[:, 1:] >= doc[:, :-1]).all()):
+        return _doc_block_mask(doc, None, mask_mod, q_range=(lo, hi))
+    return create_block_mask(
+        mask_mod, b, None, hi - lo, n, device=doc.device, _compile=compile_mask
     )
 
 
@@ -314,14 +354,16 @@ def _pow2(n: int) -> int:
 def _flex_causal(q, k, v, block_mask, scale, compiled=True):
     heads = q.shape[1]
     dv = v.shape[-1]
-    # The Triton kernels want power-of-two head widths (Kimi Llama: 112; MLA: 192 / 128): zero
-    # padding leaves q.k unchanged (scale is explicit) and the padded value columns are sliced off.
-    d = _pow2(max(q.shape[-1], dv))
-    if q.shape[-1] != d:
+    if q.shape[-1] != dv:  # MLA (192 / 128): both padded to one power of two, as measured
+        # zero padding leaves q.k unchanged (scale is explicit); padded value columns sliced off
+        d = _pow2(max(q.shape[-1], dv))
         q = torch.nn.functional.pad(q, (0, d - q.shape[-1]))
         k = torch.nn.functional.pad(k, (0, d - k.shape[-1]))
-    if dv != d:
         v = torch.nn.functional.pad(v, (0, d - dv))
+    # equal widths (Llama: 112) go in as they are: flex rounds a non-power-of-two head width up
+    # inside its kernels (masked loads; SpecForge 0.2.0 runs 112 so on the same torch). Padding
+    # here made a 128-wide copy of q, k0 and v0 per TTT step that flex kept for backward (7 x 3
+    # x 64 MiB at 4K, +1.4 GiB with the padded outputs) and their gradients' copies back.
     out, lse = _flex_fn(compiled)(
         q,
         k,

@@ -15,15 +15,17 @@ import torch
 from torch import nn
 
 from remote_agent.eagle3.distributed import Dist
-from remote_agent.eagle3.drafter.data import step_targets
+from remote_agent.eagle3.drafter import shards
+from remote_agent.eagle3.drafter.data import step_targets, step_tokens
 from remote_agent.eagle3.drafter.loss import HeadGrad, soft_ce_scaled, teacher
 from remote_agent.eagle3.drafter.memory import (
+    HostWeight,
     SharedCasts,
     check_handed_over,
     recomputed,
     unroll_casts,
 )
-from remote_agent.eagle3.drafter.model import Eagle3Drafter
+from remote_agent.eagle3.drafter.model import Eagle3Drafter, StepInputs
 from remote_agent.eagle3.drafter.simulate import chain_depth
 from remote_agent.eagle3.drafter.ttt_attention import TTTAttention
 
@@ -40,6 +42,7 @@ class TTTStep(nn.Module):
         cast_weights_once: bool = False,
         recompute_elementwise: bool = False,
         compile_loss: bool = False,
+        embed_once: bool = False,
     ) -> None:
         super().__init__()
         self.drafter, self.steps, self.loss_chunk = drafter, steps, loss_chunk
@@ -49,8 +52,14 @@ class TTTStep(nn.Module):
         self.cast_weights_once = cast_weights_once
         self.recompute_elementwise = recompute_elementwise
         self.compile_loss = compile_loss  # the soft CE's chunk math as compiled kernels
+        # the input projections' embedding half once per unroll (model.ttt): exact to rounding
+        self.embed_once = embed_once
         self.casts: SharedCasts | None = None  # the last unroll's (checked after backward)
         self.head: HeadGrad | None = None  # the last unroll's shared lm_head
+        # a gradient hook on the output of TTT step steps - 5 (step 2 of 7; forward_backward:
+        # the teacher's lm_head back to the device once the backward of the later steps freed
+        # more than it takes, with three steps' backward left for the upload)
+        self.backward_hook = None
 
     @classmethod
     def for_training(cls, drafter: Eagle3Drafter, tc, cast_once: bool, compiled: bool) -> TTTStep:
@@ -58,18 +67,24 @@ class TTTStep(nn.Module):
         cast_weights_once and compile as train.resolved_options resolved them."""
         return cls(
             drafter, tc.ttt_steps, tc.loss_chunk, tc.checkpoint_ttt_steps, cast_once,
-            tc.recompute_elementwise, tc.compile_loss and compiled,
+            tc.recompute_elementwise, tc.compile_loss and compiled, tc.embed_once,
         )  # fmt: skip
 
-    def forward(self, aux, ids, positions, attention, p, weights, plan: RowPlan, scales):
+    def forward(self, aux, tokens, positions, attention, p, weights, plan: RowPlan, scales):
         """Per TTT step: (scale x weighted CE sum: the objective's terms, weighted CE sum, draft
-        argmax per position; -1 where not computed). scales [steps] fp32: each step's weight
-        over its valid count (times the world size under DDP's mean)."""
+        argmax per position; -1 where not computed). tokens: data.step_tokens of the batch
+        ([1, L + steps] ids, looked up once here) or their embeddings (Batch.embeds, gathered
+        on the host). scales [steps] fp32: each step's weight over its valid count (times the
+        world size under DDP's mean)."""
         d = self.drafter
-        self.casts = unroll_casts(d.midlayer, self.steps, self.cast_weights_once)
+        self.casts = unroll_casts(d.midlayer, self.steps, self.cast_weights_once, self.embed_once)
+        inputs = StepInputs(tokens) if tokens.is_floating_point() else d.step_inputs(tokens)
         outs = d.ttt(
-            aux, ids, positions, attention, self.steps, plan.rows, self.checkpoint_steps, self.casts
-        )
+            aux, inputs, positions, attention, self.steps, plan.rows, self.checkpoint_steps,
+            self.casts, embed_once=self.embed_once,
+        )  # fmt: skip
+        if self.backward_hook is not None and outs[0].requires_grad:
+            outs[max(0, len(outs) - 5)].register_hook(self.backward_hook)
         norm = partial(recomputed, d.norm) if self.recompute_elementwise else d.norm
         n = aux.shape[1]
         terms, losses, args = [], [], []
@@ -155,7 +170,7 @@ class StepContext:
     """Everything one optimisation step needs besides the batch (shared with bench_train)."""
 
     model: nn.Module  # TTTStep, possibly DDP/FSDP-wrapped
-    lm_head: torch.Tensor  # target lm_head [V, H]
+    lm_head: torch.Tensor | None  # target lm_head [V, H] on the device (None: host_head)
     draft_ids: torch.Tensor  # target ids of the draft vocabulary
     t2d: torch.Tensor
     steps: int
@@ -166,6 +181,20 @@ class StepContext:
     bf16: bool
     dist: Dist
     tc: Any  # TrainSection
+    # the frozen embedding kept on the host (train.embed_on_host): batches carry its rows
+    # (Batch.embeds); None = on the device (the drafter's own)
+    host_embed: torch.Tensor | None = None
+    # the target lm_head between teachers on the host (train.lm_head_on_host, memory.HostWeight)
+    host_head: HostWeight | None = None
+
+
+def teacher_head(c: StepContext) -> torch.Tensor:
+    """The target lm_head on the device for the teacher (uploaded first if it is on the host)."""
+    if c.host_head is not None:
+        return c.host_head.get()
+    if c.lm_head is None:
+        raise ValueError("StepContext: no target lm_head (neither lm_head nor host_head)")
+    return c.lm_head
 
 
 @dataclass
@@ -199,10 +228,20 @@ def step_scales(step_w: list[float], counts: torch.Tensor, world: int) -> torch.
 
 
 def forward_backward(c: StepContext, b, step: int) -> StepOut:
-    """Teacher, TTT unroll, per-step soft CE normalised by valid tokens, backward."""
+    """Teacher, TTT unroll, per-step soft CE normalised by valid tokens, backward. A batch
+    longer than train.shard_tokens (one process) runs its unroll in query shards (shards.py)."""
     tc, n = c.tc, b.input_ids.shape[1]
     st = step_targets(b, c.steps)
-    tch = teacher(b.final[0], c.lm_head, c.draft_ids, c.t2d, tc.teacher_chunk, tc.teacher_fp32)
+    in_shards = shards.applies(c, n)
+    head = teacher_head(c)
+    tch = teacher(
+        b.final[0], head, c.draft_ids, c.t2d, tc.teacher_chunk, tc.teacher_fp32,
+        keep_p=not in_shards,  # shards make p of their own rows
+    )  # fmt: skip
+    draft_rows = head.index_select(0, c.draft_ids) if in_shards else None  # their p's rows
+    del head
+    if c.host_head is not None:  # back on the device during backward (TTTStep.backward_hook)
+        c.host_head.release()
     # loss weight of step k at t: supervised, inside the document, teacher argmax drafted
     weights = []
     for k in range(c.steps):
@@ -212,15 +251,16 @@ def forward_backward(c: StepContext, b, step: int) -> StepOut:
     counts = c.dist.all_reduce_sum(torch.stack([w.sum() for w in weights]))
     depth = min(chain_depth(tc.sim_steps, tc.sim_topk, tc.sim_draft_tokens), c.steps)
     sim_valid = chain_starts(st, b.loss_mask, depth)
-    plan = RowPlan.build(weights, sim_valid, depth, tc.skip_idle_rows)
-    aux = b.aux if c.bf16 else b.aux.float()
-    if tc.noise_std > 0:  # relative to each token's RMS; seeded by (seed, step, rank)
-        g = torch.Generator(device=aux.device).manual_seed(
-            tc.seed * 1_000_003 + step * 1009 + c.dist.rank
+    aux = step_aux(c, b, step)
+    if in_shards:
+        assert draft_rows is not None
+        scales = step_scales(c.step_w, counts, c.dist.world)
+        losses, args, tch = shards.sharded_forward_backward(
+            c, b, aux, weights, scales, tch, draft_rows
         )
-        rms = aux.float().pow(2).mean(-1, keepdim=True).sqrt()
-        noise = torch.randn(aux.shape, generator=g, device=aux.device) * rms * tc.noise_std
-        aux = (aux.float() + noise).to(aux.dtype)
+        plan = RowPlan(None, [None] * c.steps, [None] * c.steps)  # every row ran every step
+        return StepOut(losses, args, weights, counts, st, tch, sim_valid, plan)
+    plan = RowPlan.build(weights, sim_valid, depth, tc.skip_idle_rows)
     step_module = getattr(c.model, "module", c.model)  # DDP keeps it as .module
     merge = bool(getattr(step_module, "recompute_elementwise", False))
     attention = TTTAttention(
@@ -228,12 +268,32 @@ def forward_backward(c: StepContext, b, step: int) -> StepOut:
         compile_merge=tc.compile and aux.is_cuda,
     )  # fmt: skip
     scales = step_scales(c.step_w, counts, c.dist.world)
+    tokens = b.embeds if b.embeds is not None else step_tokens(b.input_ids, c.steps)
+    hw = c.host_head
+    step_module.backward_hook = None if hw is None else hw.prefetch_hook()
     with c.autocast:
         terms, losses, args = c.model(
-            aux, st.ids, b.positions, attention, tch.p, weights, plan, scales
+            aux, tokens, b.positions, attention, tch.p, weights, plan, scales
         )
     tch.p = None  # the fused loss needs the teacher in forward only: freed before backward
     torch.stack(terms).sum().backward()
     check_handed_over(step_module.casts, step_module.head)
-    step_module.casts = step_module.head = None  # their bf16 copies die with the step
+    step_module.casts = step_module.head = step_module.backward_hook = None  # die with the step
+    if hw is not None:
+        hw.prefetch()  # (started by the hook already: nothing then)
     return StepOut(losses, args, weights, counts, st, tch, sim_valid, plan)
+
+
+def step_aux(c: StepContext, b, step: int) -> torch.Tensor:
+    """The batch's aux states as the step uses them: fp32 unless bf16, plus train.noise_std
+    noise relative to each token's RMS, seeded by (seed, step, rank)."""
+    tc = c.tc
+    aux = b.aux if c.bf16 else b.aux.float()
+    if tc.noise_std > 0:
+        g = torch.Generator(device=aux.device).manual_seed(
+            tc.seed * 1_000_003 + step * 1009 + c.dist.rank
+        )
+        rms = aux.float().pow(2).mean(-1, keepdim=True).sqrt()
+        noise = torch.randn(aux.shape, generator=g, device=aux.device) * rms * tc.noise_std
+        aux = (aux.float() + noise).to(aux.dtype)
+    return aux

@@ -40,6 +40,90 @@ def test_probes_follow_the_memory_fit():
     assert next_probe([], 4096, 100.0) is None
 
 
+def test_probes_stop_at_the_longest_allowed(tmp_path):
+    """--max-probe: a probe past it is clamped to it (the time budget, not the memory, bounds
+    the search on a big card), and none once it was tried."""
+    import argparse
+
+    import long_context_trials as trials
+
+    args = argparse.Namespace(
+        side="ours_mid", worker_budget_s=60, work=str(tmp_path), worker="w", step=4096,
+        max_probe=256 * K,
+    )  # fmt: skip
+    w = trials.Worker(args)
+    w.rec["gpu_total_gib"] = 139.8
+    w.rec["trials"] = [
+        {"seq": 32 * K, "ok": True, "peak_mem_gb": 60.0},
+        {"seq": 128 * K, "ok": True, "peak_mem_gb": 75.0},
+    ]
+    tried = []
+    w.trial = lambda seq, timed: (
+        tried.append(seq) or w.rec["trials"].append({"seq": seq, "ok": True})
+    )
+    w.search()
+    assert tried == [256 * K]
+
+
+def test_the_ladder_reads_the_card_and_runs_the_defaults():
+    """max_seq with the trainer's defaults (long batches in query shards): 16K (timed), the
+    goal 131,072, 32K (timed); 16K shards on an H200, 8K on an H100 (80 GB)."""
+    import bench_long_context as blc
+    import long_context_trials as trials
+
+    assert blc.ladder_for(139.8) == ([16 * K, 128 * K, 32 * K], 16 * K)
+    assert blc.ladder_for(79.2) == ([16 * K, 128 * K, 32 * K], 8 * K)
+    assert blc.ladder_for(0.0, tiny=True)[1] == blc.TINY_SHARD
+    mid = trials.OPTION_SETS["ours_mid"]
+    assert mid["shard_tokens"] == 16 * K and mid["embed_once"] and mid["embed_on_host"]
+    assert trials.OPTION_SETS["ours"] == {}  # the plain unroll: every option off
+
+
+def test_executed_flops_count_the_embedding_half_once_and_the_shards_extra():
+    import bench_train
+
+    from remote_agent.eagle3.drafter.config import DrafterSection
+    from remote_agent.eagle3.drafter.model import build_config
+
+    k = bench_train.KIMI
+    c = build_config(
+        DrafterSection(num_attention_heads=64, num_key_value_heads=64, intermediate_size=18432),
+        target_hidden=7168, vocab_size=k["vocab"], draft_vocab_size=k["draft_vocab"],
+        aux_layer_ids=[2, 30, 58], target_context=262144,
+    )  # fmt: skip
+    plain = bench_train.model_flops(c, [4096], 7)
+    once = bench_train.model_flops(c, [4096], 7, embed_once=True)
+    assert plain["train_executed"] == plain["train_total"] == once["train_total"]
+    saved = 3 * 2 * 7168 * (3 * 7168) * 4096 * 6  # 6 of 7 embedding halves, fwd + dgrad + wgrad
+    assert plain["train_total"] - once["train_executed"] == saved
+    assert 0.12 < saved / plain["train_total"] < 0.13
+    long = bench_train.model_flops(c, [128 * K], 7, embed_once=True, shard=16 * K)
+    unsharded = bench_train.model_flops(c, [128 * K], 7, embed_once=True)
+    assert long["train_executed"] > unsharded["train_executed"]
+    # step 0's projections twice more, its k/v backward once more, the teacher's draft logits
+    # once more: ~2.5 GFLOP per token, 3.2 % of the step at 128K (attention dominates there)
+    assert 1.02 * unsharded["train_executed"] < long["train_executed"]
+    assert long["train_executed"] < 1.04 * unsharded["train_executed"]
+
+
+def test_the_memory_model_sees_the_options_and_the_shards():
+    """bench/memory_model.py (the Kimi step on fake tensors, seconds on CPU): the defaults keep
+    less than the plain unroll at 4K, and a 32K batch in 8K shards far less than in one pass."""
+    import memory_model
+
+    from remote_agent.eagle3.drafter import ttt_attention
+
+    flex_fn = ttt_attention._flex_fn
+    plain = memory_model.model("ours", 4096)["peak_gib"]
+    mid = memory_model.model("ours_mid", 4096)["peak_gib"]
+    assert mid < plain - 10, (mid, plain)
+    one_pass = memory_model.model("ours_mid", 32 * K, shard_tokens=0)["peak_gib"]
+    sharded = memory_model.model("ours_mid", 32 * K, shard_tokens=8 * K)
+    assert sharded["shard_tokens"] == 8 * K
+    assert sharded["peak_gib"] < 0.6 * one_pass, (sharded, one_pass)
+    assert ttt_attention._flex_fn is flex_fn  # the stand-ins are gone after each model
+
+
 def test_the_gate_pauses_every_other_worker(tmp_path):
     ticks = tmp_path / "ticks"
     loop = (  # each tick replaces the file whole: a read never meets a truncated one
@@ -93,6 +177,50 @@ def test_tiny_rehearsal_writes_every_key(tmp_path):
     for name in ("with_long", "without_long"):
         assert acc[name] and all({"bucket", "accept_length"} <= set(x) for x in acc[name])
     assert "long-context [max seq] ours 1536" in proc.stdout
+
+
+@pytest.mark.timeout(900)
+def test_the_one_call_script_rehearses_on_cpu(tmp_path):
+    """bench/gpu_trainer_run.sh with tiny shapes on CPU (TINY=1): long-context.json with every
+    part's keys (max_seq in shards, 16K/32K with MFU), specforge-chat.json with ours (the
+    defaults), ours_equal_tokens and SpecForge, and the chat result assembled from the
+    workers' records when the parent left none."""
+    wheel = REPO / ".whl" / "specforge-0.2.0-py3-none-any.whl"
+    if not wheel.exists():
+        env = {**os.environ, "PYTHON": sys.executable}
+        subprocess.run(["bash", str(REPO / "bench" / "stage_long_context.sh")], env=env, check=True)
+    out, work = tmp_path / "run", tmp_path / "work"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OUT": str(out), "WORK": str(work), "TINY": "1",
+           "LC_S": "330", "TOTAL_S": "700", "PYTHON": sys.executable}  # fmt: skip
+    proc = subprocess.run(
+        ["bash", str(REPO / "bench" / "gpu_trainer_run.sh")], cwd=REPO, env=env,
+        capture_output=True, text=True, timeout=850,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    r = json.loads((out / "long-context.json").read_text())
+    for side in ("ours", "ours_mid", "ours_lean", "specforge"):
+        assert r["equal_work_4k"][side]["tokens_per_s"] > 0, r["equal_work_4k"][side]
+    assert r["max_seq"]["ours"] >= 1536
+    assert r["budget"]["max_seq"]["shard_tokens"] == 512  # the rungs past 512 ran in shards
+    for label in ("throughput_16k", "throughput_32k"):
+        assert r[label]["tokens_per_s"] > 0 and "mfu" in r[label] and "mfu_executed" in r[label]
+    chat = json.loads((out / "specforge-chat.json").read_text())["throughput"]["chat"]
+    for side in ("ours", "ours_equal_tokens", "specforge"):
+        assert chat[side]["tokens_per_s"] > 0, side
+    assert "throughput_ratio" in chat and "throughput_ratio_equal_tokens" in chat
+    assert "gpu_trainer_run: done" in proc.stdout
+    # what comes back from the device: at most 8 files, the rest in one archive
+    assert sorted(p.name for p in out.iterdir()) == [
+        "gpu-trainer-run.log", "long-context.json", "run-logs.tar.gz", "specforge-chat.json",
+    ]  # fmt: skip
+    assert "long-context [max seq]" in (out / "gpu-trainer-run.log").read_text()
+    (out / "specforge-chat.json").unlink()
+    cmd = [sys.executable, str(REPO / "bench" / "bench_specforge.py"), "--assemble", "--workload",
+           "chat", "--work", str(work / "chat-work"), "--out", str(out / "specforge-chat.json")]  # fmt: skip
+    subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True, timeout=120)
+    again = json.loads((out / "specforge-chat.json").read_text())
+    assert again["throughput"]["chat"]["throughput_ratio"] == chat["throughput_ratio"]
+    assert "assembled" in again
 
 
 def test_the_specforge_side_keeps_no_drafter_of_ours(tmp_path):

@@ -82,7 +82,9 @@ def test_documents_do_not_see_each_other():
     assert not torch.allclose(moved[:, :, :12], base[:, :, :12])
 
 
-@pytest.mark.parametrize(("d", "dv", "kv_heads"), [(16, 16, 2), (12, 8, 1), (24, 16, 2)])
+@pytest.mark.parametrize(
+    ("d", "dv", "kv_heads"), [(16, 16, 2), (12, 8, 1), (24, 16, 2), (112, 112, 2)]
+)
 def test_flex_forward_matches_reference_on_cpu(d, dv, kv_heads):
     pytest.importorskip("torch.nn.attention.flex_attention")
     q, k0, v0, ks, vs, doc = _inputs(
@@ -96,6 +98,32 @@ def test_flex_forward_matches_reference_on_cpu(d, dv, kv_heads):
         # eager flex on CPU (compiled CPU flex has no return_lse); same block mask and mask_mod
         got = TTTAttention(doc, 0.25, "flex", compiled=False)(*args, kk, vv)
     torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_flex_gets_equal_head_widths_unpadded(monkeypatch):
+    """Llama's 112-wide heads reach flex as they are (flex rounds the width up inside its
+    kernels): no padded copy of q, k0 and v0 per TTT step kept for backward. Unequal widths
+    (MLA's 192 / 128) are padded to one power of two, as measured."""
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    from remote_agent.eagle3.drafter import ttt_attention
+
+    seen = []
+    flex = ttt_attention._flex_fn(False)
+
+    def spy(compiled=True):
+        def call(q, k, v, **kw):
+            seen.append((q.shape[-1], k.shape[-1], v.shape[-1]))
+            return flex(q, k, v, **kw)
+
+        return call
+
+    monkeypatch.setattr(ttt_attention, "_flex_fn", spy)
+    for d, dv in ((112, 112), (24, 16)):
+        q, k0, v0, _, _, doc = _inputs(heads=2, kv_heads=2, n=16, d=d, dv=dv, lengths=(16,))
+        q, k0, v0 = (t.detach() for t in (q, k0, v0))  # CPU flex has no backward
+        out = TTTAttention(doc, 0.25, "flex", compiled=False)(q, k0, v0, [], [])
+        assert out.shape[-1] == dv
+    assert seen == [(112, 112, 112), (32, 32, 32)]
 
 
 @pytest.mark.parametrize("backend", ["dense", "chunked"])

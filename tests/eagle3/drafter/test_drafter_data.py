@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from remote_agent.eagle3.drafter.data import Batch, Loader, Plan, load_vocab, step_targets
+from remote_agent.eagle3.drafter.data import (
+    Batch,
+    Loader,
+    Plan,
+    load_vocab,
+    step_targets,
+    step_tokens,
+)
 from remote_agent.eagle3.errors import BadInput, Failed
 
 
@@ -40,6 +47,25 @@ def test_loader_batches_are_packed_documents_and_resume_mid_epoch(tiny_inputs):
     starts = [0] + [i for i in range(1, batch.tokens) if doc[i] != doc[i - 1]]
     assert all(int(pos[s]) == 0 for s in starts)  # positions restart per document
     assert len(starts) == len(batch.sample_ids)
+
+
+def test_loader_gathers_the_host_embedding_rows_of_every_ttt_step(tiny_inputs):
+    """train.embed_on_host: each batch carries the embedding rows of its ids plus `embed_pad`
+    rows of token 0 (data.step_tokens), so step k at position t finds token t+1+k's row at
+    1+k+t, exactly the row step_targets' ids look up; they travel with the batch."""
+    plan = Plan(Path(tiny_inputs["dump"]), Path(tiny_inputs["data"]), max_tokens=256, seed=0)
+    (_, _, plain), *_ = Loader(plan, 0, 0, 0, 1, prefetch=1)
+    vocab = json.loads((Path(tiny_inputs["target"]) / "config.json").read_text())["vocab_size"]
+    table = torch.randn(vocab, 8).to(torch.bfloat16)
+    (_, _, b), *_ = Loader(plan, 0, 0, 0, 1, prefetch=1, embed=table, embed_pad=3)
+    assert b.embeds is not None and b.embeds.shape == (1, 256 + 3, 8)
+    st = step_targets(b, 3)
+    for k in range(3):
+        assert torch.equal(b.embeds[0, 1 + k : 1 + k + 256], table[st.ids[k][0]])
+    assert torch.equal(step_tokens(b.input_ids, 3)[0, :256], b.input_ids[0])
+    moved = b.to("cpu")
+    assert moved.embeds is not None and torch.equal(moved.embeds, b.embeds)
+    assert plain.embeds is None and torch.equal(plain.input_ids, b.input_ids)
 
 
 def _batch(ids, mask, lengths, n):

@@ -11,7 +11,9 @@ from test_drafter_skip_rows import chat_batch, vocab
 
 from remote_agent.eagle3.distributed import Dist
 from remote_agent.eagle3.drafter.config import TrainSection
+from remote_agent.eagle3.drafter.data import embed_rows
 from remote_agent.eagle3.drafter.loss import soft_ce, soft_ce_reference
+from remote_agent.eagle3.drafter.memory import HostWeight
 from remote_agent.eagle3.drafter.parallel import wrap
 from remote_agent.eagle3.drafter.train import compile_layer
 from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep, forward_backward
@@ -21,7 +23,8 @@ def run(
     arch: str, backend: str, skip: bool, checkpoint: bool,
     cast: bool = False, elementwise: bool = False, bf16: bool = False, hook=None,
     compile_loss: bool = False, compiled: bool = False, dist: Dist | None = None,
-    loss_chunk: int = 7,
+    loss_chunk: int = 7, host_embeds: bool = False, embed_once: bool = False,
+    host_head: bool = False,
 ):  # fmt: skip
     """One trainer step; bf16: under CPU bf16 autocast without its cast cache (a cast per use,
     as the compiled GPU step does), the fp32 masters and aux as the trainer keeps them.
@@ -37,6 +40,7 @@ def run(
     module = TTTStep(
         drafter, tc.ttt_steps, loss_chunk, checkpoint_steps=checkpoint,
         cast_weights_once=cast, recompute_elementwise=elementwise, compile_loss=compile_loss,
+        embed_once=embed_once,
     )  # fmt: skip
     if compiled:
         compile_layer(drafter, checkpointed=checkpoint)
@@ -56,9 +60,15 @@ def run(
         dist,
         tc,
     )
+    if host_head:  # train.lm_head_on_host: the teacher's lm_head between teachers on the host
+        ctx.host_head, ctx.lm_head = HostWeight(ctx.lm_head, torch.device("cpu")), None
     b = chat_batch(seed=dist.rank)
     if bf16:
         b.aux, b.final = b.aux.to(torch.bfloat16), b.final.to(torch.bfloat16)
+    if host_embeds:  # the loader's rows (train.embed_on_host); the drafter's own left empty
+        table = drafter.embed_tokens.weight.detach().clone()
+        b.embeds = embed_rows(table, b.input_ids, tc.ttt_steps)
+        drafter.embed_tokens.weight = torch.nn.Parameter(table[:0], requires_grad=False)
     if hook is None:
         out = forward_backward(ctx, b, 0)
     else:
@@ -123,6 +133,98 @@ def test_middle_options_equal_the_plain_unroll(arch, skip, bf16, opts, monkeypat
         assert_same(lean, g_lean, plain, g_plain)
     for a, b in zip(lean.args, plain.args, strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("opts", ["mid", "all"])
+def test_host_gathered_embeddings_equal_the_device_lookup(bf16, opts):
+    """train.embed_on_host: the step reads the loader's rows (Batch.embeds) and never the
+    drafter's embedding (left empty here: a lookup would fail): bit for bit the step that looks
+    the rows up on the device, with and without per-step checkpointing."""
+    checkpoint, cast, elementwise = MIDDLE[opts]
+    ref, g_ref = run("llama", "chunked", True, checkpoint, cast, elementwise, bf16=bf16)
+    got, g_got = run(
+        "llama", "chunked", True, checkpoint, cast, elementwise, bf16=bf16, host_embeds=True
+    )
+    assert_same(got, g_got, ref, g_ref, rtol=0, atol=0, loss_rtol=0)
+
+
+@pytest.mark.parametrize("arch", ["llama", "mla"])
+@pytest.mark.parametrize("skip", [False, True])
+@pytest.mark.parametrize("opts", list(MIDDLE), ids=list(MIDDLE))
+def test_embedding_half_once_equals_the_plain_unroll_in_fp32(arch, skip, opts):
+    """train.embed_once: the input projections' embedding half is one matmul per unroll and
+    each TTT step adds its rows to its hidden half (model.ttt, DecoderLayer.pre_parts): in fp32
+    the plain unroll's losses, gradients and argmax to rounding, with idle-row skipping (a
+    subset of the rows) and every memory option (shared casts off in fp32: masters' slices)."""
+    plain, g_plain = run(arch, "chunked", skip, False)
+    got, g_got = run(arch, "chunked", skip, *MIDDLE[opts], embed_once=True)
+    assert_same(got, g_got, plain, g_plain, rtol=1e-5, atol=1e-6)
+    for a, b in zip(got.args, plain.args, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("arch", ["llama", "mla"])
+@pytest.mark.parametrize("opts", ["cast", "mid", "all"])
+def test_embedding_half_once_in_bf16_is_as_close_to_fp32_as_the_plain_unroll(arch, opts):
+    """Under bf16 autocast each half is rounded before their sum (one more rounding of the
+    projections' inputs to q/k/v): within bf16 rounding of the plain unroll, and as close to
+    the fp32 step as it is; the shared casts' gradient sums take each half's gradient into its
+    columns (memory.SharedCastCols) and hand each matrix over exactly once."""
+    ref, g_ref = run(arch, "chunked", True, *MIDDLE[opts], bf16=True)
+    got, g_got = run(arch, "chunked", True, *MIDDLE[opts], bf16=True, embed_once=True)
+    _, g32 = run(arch, "chunked", True, False)
+
+    def err(grads):
+        return max(
+            float((grads[k].float() - g).abs().max() / g.abs().max()) for k, g in g32.items()
+        )
+
+    assert g_got.keys() == g_ref.keys()
+    for name, g in g_ref.items():
+        torch.testing.assert_close(g_got[name], g, rtol=2e-2, atol=2e-2 * g.abs().max(), msg=name)
+    for a, b in zip(got.losses, ref.losses, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-3)
+    assert err(g_got) <= 1.1 * err(g_ref), (err(g_got), err(g_ref))
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
+def test_the_teachers_lm_head_waits_on_the_host_and_comes_back_during_backward(bf16, monkeypatch):
+    """train.lm_head_on_host: the step drops the device copy of the target lm_head after the
+    teacher and uploads it again from the backward of TTT step steps - 5 on (a gradient hook),
+    so the next teacher finds it there: bit for bit the step with the lm_head kept resident."""
+    ups: list[bool] = []
+    prefetch = HostWeight.prefetch
+
+    def spy(self):
+        if self.dev is None:  # a real upload: during backward (a graph task runs) or not
+            ups.append(torch._C._current_graph_task_id() != -1)
+        prefetch(self)
+
+    monkeypatch.setattr(HostWeight, "prefetch", spy)
+    ref, g_ref = run("llama", "chunked", True, False, True, True, bf16=bf16)
+    got, g_got = run("llama", "chunked", True, False, True, True, bf16=bf16, host_head=True)
+    assert_same(got, g_got, ref, g_ref, rtol=0, atol=0, loss_rtol=0)
+    assert ups == [False, True]  # the first teacher's upload, then the one during backward
+
+
+def test_host_weight_keeps_the_bytes_and_uploads_once_per_release():
+    w = torch.randn(5, 3).to(torch.bfloat16)
+    hw = HostWeight(w, torch.device("cpu"))
+    a = hw.get()
+    assert torch.equal(a, w) and a.data_ptr() != w.data_ptr() and hw.uploads == 1
+    assert hw.get() is a and hw.uploads == 1  # still there
+    hw.release()
+    hw.prefetch()
+    hw.prefetch()
+    assert hw.uploads == 2 and torch.equal(hw.get(), w)
+    hook = hw.prefetch_hook()
+    x = torch.ones(2, requires_grad=True)
+    y = x * 2
+    y.register_hook(hook)
+    hw.release()
+    y.sum().backward()
+    assert hw.uploads == 3 and torch.equal(x.grad, torch.full((2,), 2.0))
 
 
 def saved_bytes(**opts) -> int:
@@ -220,16 +322,18 @@ def test_shared_lm_head_gradient_sums_in_fp32_and_scales_in_fp32():
     master = w.clone().requires_grad_()
     hb = [h.to(torch.bfloat16).requires_grad_() for h in hs]
     head = HeadGrad(master, torch.bfloat16, len(hs))
+    low = head.weight()
     terms = [
         soft_ce_scaled(h, master, p, rw, torch.tensor(s), head, 8)[0]
         for h, p, rw, s in zip(hb, ps, rws, scales, strict=True)
     ]
+    assert head.low is None  # the bf16 copy is dropped after the last use's forward
     torch.stack(terms).sum().backward()
     assert not head.unfinished() and head.total is None  # handed over exactly once
-    ref_w, ref_h = _fp64_objective_grads(head.low, [h.detach() for h in hb], ps, rws, scales)
+    ref_w, ref_h = _fp64_objective_grads(low, [h.detach() for h in hb], ps, rws, scales)
     scale = ref_w.abs().max()
     new_err = float((master.grad.double() - ref_w).abs().max() / scale)
-    old = _old_bf16_head_grad(head.low, [h.detach() for h in hb], ps, rws, scales)
+    old = _old_bf16_head_grad(low, [h.detach() for h in hb], ps, rws, scales)
     old_err = float((old.double() - ref_w).abs().max() / scale)
     assert new_err < 0.7 * old_err, (new_err, old_err)  # 3.1e-3 vs 5.1e-3 here
     assert new_err < 4e-3, new_err
@@ -434,6 +538,24 @@ def test_compiled_trainer_step_equals_the_eager_one(opts, monkeypatch):
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("opts", ["mid", "all"])
+def test_compiled_embedding_half_once_equals_the_eager_one(opts, monkeypatch):
+    """train.embed_once as CUDA runs it, compiled here by Inductor's CPU backend (pre_parts
+    with the per-step hidden halves, merge, soft CE; per-step checkpointing with "all"): the
+    eager step's values."""
+    from remote_agent.eagle3.drafter import ttt_attention
+
+    merge_fn = ttt_attention._merge_fn
+    checkpoint, cast, elementwise = MIDDLE[opts]
+    eager, g_eager = run("llama", "chunked", True, checkpoint, cast, elementwise, embed_once=True)
+    monkeypatch.setattr(ttt_attention, "_merge_fn", lambda compiled: merge_fn(True))
+    comp, g_comp = run(
+        "llama", "chunked", True, checkpoint, cast, elementwise,
+        compile_loss=True, compiled=True, embed_once=True,
+    )  # fmt: skip
+    assert_same(comp, g_comp, eager, g_eager, rtol=1e-4, atol=1e-5, loss_rtol=1e-5)
+
+
 def test_the_exact_memory_options_are_the_defaults():
     """The trainer's defaults are the middle set (bench: ours_mid, 4K equal work faster than
     SpecForge at less memory); cast_weights_once stays off where FSDP shards the layer, and
@@ -443,6 +565,7 @@ def test_the_exact_memory_options_are_the_defaults():
 
     tc = TrainSection()
     assert tc.recompute_elementwise and tc.compile_loss and tc.cast_weights_once is None
+    assert tc.embed_once and tc.embed_on_host is None and tc.shard_tokens == 16384
     assert not tc.checkpoint_ttt_steps  # costs compute: opt-in
     assert resolved_options(tc, 1, "cuda") == (True, True)
     assert resolved_options(tc, 8, "cuda") == (True, True)  # DDP

@@ -56,6 +56,45 @@ def test_ttt_unroll_equals_inference_chain(arch, norm_output):
         assert pred == drafts, backend
 
 
+@pytest.mark.parametrize("hidden", [None, 48], ids=["frozen-embedding", "trained-embedding"])
+def test_one_embedding_lookup_per_unroll_equals_one_per_step(hidden):
+    """model.StepInputs: every TTT step's input embeddings are views of one lookup of
+    data.step_tokens (the ids, then token 0 past the end) instead of a lookup per step of
+    step_targets' shifted ids: the same outputs and gradients (a trained embedding's gradient
+    is summed over the steps before the lookup's backward instead of after: fp32 rounding)."""
+    from remote_agent.eagle3.drafter.data import step_tokens
+
+    torch.manual_seed(0)
+    steps, n = 4, 21
+    res = []
+    for once in (False, True):
+        m = model_drafter("llama", hidden_size=hidden)
+        ids = torch.randint(0, 100, (1, n))
+        step_ids = []
+        for k in range(steps):
+            x = torch.zeros_like(ids)
+            x[:, : n - 1 - k] = ids[:, 1 + k :]
+            step_ids.append(x)
+        tokens = m.step_inputs(step_tokens(ids, steps)) if once else step_ids
+        aux = torch.randn(1, n, 96)
+        doc = doc_ids_from_lengths([9, 12], n).unsqueeze(0)
+        att = TTTAttention(doc, m.midlayer.self_attn.scale, "dense")
+        outs = m.ttt(aux, tokens, torch.arange(n).unsqueeze(0), att, steps)
+        sum(o.pow(2).mean() * (k + 1) for k, o in enumerate(outs)).backward()
+        grads = {k: p.grad for k, p in m.named_parameters() if p.grad is not None}
+        res.append(([o.detach() for o in outs], grads))
+        torch.manual_seed(0)
+    (o_a, g_a), (o_b, g_b) = res
+    for a, b in zip(o_a, o_b, strict=True):
+        assert torch.equal(a, b)
+    assert g_a.keys() == g_b.keys() and ("embed_tokens.weight" in g_a) == (hidden is not None)
+    for name, g in g_a.items():
+        if hidden is None:
+            assert torch.equal(g_b[name], g), name
+        else:
+            torch.testing.assert_close(g_b[name], g, rtol=1e-5, atol=1e-7, msg=name)
+
+
 def test_capture_ids_starting_at_one_are_refused():
     ds = DrafterSection()
     with pytest.raises(ValueError, match="start at layer 1"):

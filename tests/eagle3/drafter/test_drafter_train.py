@@ -85,6 +85,45 @@ def test_resume_reproduces_the_next_steps_bit_for_bit(tiny_inputs, tmp_path, mak
     assert len(ckpt.step_dirs(tmp_path / "B" / "checkpoints")) == 1  # pruned to keep_last
 
 
+def test_host_embedding_trains_bit_for_bit_like_the_device_one(tiny_inputs, tmp_path, make_config):
+    """train.embed_on_host (on by default here: frozen embedding, a dump, no FSDP): the drafter
+    on the device has no embedding rows at all, the loader gathers them; losses, gradient
+    norms and weights are those of the device lookup, bit for bit. Where it cannot apply,
+    asking for it is an error."""
+    from remote_agent.eagle3.drafter.train import _embed_on_host
+    from remote_agent.eagle3.errors import BadInput
+
+    runs = {}
+    for name, host in (("host", None), ("device", False)):
+        cfg = config_mod.load(
+            make_config(
+                tmp_path / f"{name}.json", tiny_inputs,
+                train={"max_steps": 3, "out_dir": str(tmp_path / name), "embed_on_host": host},
+            )
+        )  # fmt: skip
+        assert _embed_on_host(cfg, 1) is (host is None)
+        train(cfg)
+        runs[name] = (
+            _metrics(tmp_path / name),
+            ckpt.load(ckpt.latest(tmp_path / name / "checkpoints")),
+        )
+    (m_host, s_host), (m_dev, s_dev) = runs["host"], runs["device"]
+    assert [(m["loss"], m["grad_norm"]) for m in m_host] == [
+        (m["loss"], m["grad_norm"]) for m in m_dev
+    ]
+    assert s_host["model"].keys() == s_dev["model"].keys()
+    for k, v in s_host["model"].items():
+        assert torch.equal(v, s_dev["model"][k]), k
+    fsdp = config_mod.load(
+        make_config(
+            tmp_path / "f.json", tiny_inputs, train={"parallel": "fsdp", "embed_on_host": True}
+        )
+    )
+    with pytest.raises(BadInput, match="embed_on_host: not with parallel: fsdp"):
+        _embed_on_host(fsdp, 2)
+    assert _embed_on_host(fsdp, 1)
+
+
 def test_resume_refuses_a_different_drafter(tiny_inputs, tmp_path, make_config):
     cfg_path = make_config(tmp_path / "c.json", tiny_inputs, train={"max_steps": 1})
     train(config_mod.load(cfg_path))
