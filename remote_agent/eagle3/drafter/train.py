@@ -28,6 +28,7 @@ from remote_agent.eagle3.drafter import train_state
 from remote_agent.eagle3.drafter.config import Config
 from remote_agent.eagle3.drafter.context import target_context_length
 from remote_agent.eagle3.drafter.data import Loader, Plan, load_vocab
+from remote_agent.eagle3.drafter.finite import FiniteWatch
 from remote_agent.eagle3.drafter.loss import load_target_tensor
 from remote_agent.eagle3.drafter.memory import HostWeight
 from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
@@ -194,6 +195,7 @@ def train(cfg: Config) -> dict[str, Any]:
     window = Window(step_w, depth)
     progress = Progress("train", total_steps, "step", start=global_step) if d.main else None
     last_rec: dict[str, Any] = {}
+    finite = FiniteWatch(device)
     stopped, t_window, wait_mark, epoch, tokens_seen = False, time.perf_counter(), 0.0, res.epoch, 0
     try:
         for epoch, step_in_epoch, host_batch in loader:
@@ -211,6 +213,7 @@ def train(cfg: Config) -> dict[str, Any]:
                 if tc.grad_clip > 0
                 else _grad_norm(params)
             )
+            finite.add(grad_norm, global_step + 1)
             lr_now = sched.get_last_lr()[0]
             opt.step()
             sched.step()
@@ -222,6 +225,7 @@ def train(cfg: Config) -> dict[str, Any]:
                 own_tokens = (b.tokens if d.main else 0) if sp else b.tokens
                 window.add(out, b, draft_ids, grad_norm, lr_now, own_tokens)
             if global_step % tc.log_every == 0 or global_step == total_steps:
+                finite.check(global_step, _latest(ckpt_dir))
                 now = time.perf_counter()
                 last_rec = window.emit(
                     d, global_step, epoch, now - t_window, loader.wait_s - wait_mark
@@ -235,6 +239,7 @@ def train(cfg: Config) -> dict[str, Any]:
             position = train_state.next_position(epoch, step_in_epoch, plan, plan.world)
             stop_here = tc.stop_after_step is not None and global_step == tc.stop_after_step
             if (tc.save_every and global_step % tc.save_every == 0) or stop_here:
+                finite.check(global_step, _latest(ckpt_dir))
                 train_state.save(
                     model, drafter, opt, sched, d, ckpt_dir, global_step, position, cfg
                 )
@@ -246,6 +251,7 @@ def train(cfg: Config) -> dict[str, Any]:
     if progress is not None:
         progress.finish(tokens=tokens_seen, epoch=epoch)
     if not stopped and global_step > 0 and not (ckpt_dir / f"step-{global_step:08d}").exists():
+        finite.check(global_step, _latest(ckpt_dir))
         position = {"epoch": epoch + 1, "step": 0}
         train_state.save(model, drafter, opt, sched, d, ckpt_dir, global_step, position, cfg)
     d.close()
@@ -398,6 +404,11 @@ def _announce(cfg, out_dir, drafter, plan, d, steps, backend, bf16):
         + (f"; {plan.long_count} long sample(s) trained alone" if plan.long_count else ""),
         flush=True,
     )
+
+
+def _latest(ckpt_dir: Path) -> str | None:
+    latest = ckpt.latest(ckpt_dir)
+    return str(latest) if latest else None
 
 
 def _grad_norm(params) -> torch.Tensor:

@@ -181,3 +181,17 @@ def test_mla_drafter_trains_and_exports(tiny_inputs, tmp_path, make_config):
     info = export_checkpoint(tmp_path / "run", tmp_path / "export")
     config = json.loads((Path(info["out"]) / "config.json").read_text())
     assert config["architectures"] == ["Eagle3DeepseekV2ForCausalLM"] and config["fc_norm"]
+
+
+def test_non_finite_gradients_stop_the_run_before_a_checkpoint(tiny_inputs, tmp_path, make_config):
+    """A learning rate of 1e30 blows the weights past fp32 after the first step, so a later
+    backward is NaN: the run stops with a message naming that step before any checkpoint (due
+    every 2 steps) holds a non-finite weight."""
+    from remote_agent.eagle3.errors import Failed
+
+    run = tmp_path / "run"
+    blown = {"max_steps": 6, "save_every": 2, "lr": 1e30, "warmup_steps": 0, "log_every": 3,
+             "out_dir": str(run)}  # fmt: skip
+    with pytest.raises(Failed, match=r"not finite at step 2 \(\d of the steps up to 2\).*no chec"):
+        train(config_mod.load(make_config(tmp_path / "b.json", tiny_inputs, train=blown)))
+    assert ckpt.step_dirs(run / "checkpoints") == []
