@@ -20,7 +20,9 @@ class FiniteWatch:
 
     def add(self, grad_norm: torch.Tensor, step: int) -> None:
         """`step`: the 1-based global step whose backward gave `grad_norm`."""
-        nonfinite = ~torch.isfinite(grad_norm.detach())
+        full = getattr(grad_norm, "full_tensor", None)  # FSDP: the norm is a replicated DTensor
+        norm = full() if full is not None else grad_norm
+        nonfinite = ~torch.isfinite(norm.detach())
         self.first = torch.where(nonfinite & (self.bad == 0), step, self.first)
         self.bad += nonfinite.to(torch.int64)
 
