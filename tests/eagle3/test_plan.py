@@ -110,13 +110,29 @@ def test_strict_blocks_only_the_planned_format(tmp_path, capsys):
         "--out",
         str(out),
     ]
-    assert main([*base, "--strict"]) == 1  # bf16 needs 4.59 GB/s
+    assert main([*base, "--strict", "--aux-dtype", "bf16"]) == 1  # bf16 needs 4.59 GB/s
     assert "BLOCKED" in capsys.readouterr().out
     assert main([*base, "--strict", "--aux-dtype", "fp8_e4m3"]) == 0  # 2.87 GB/s
-    assert main(base) == 0  # warn only
+    assert main([*base, "--strict"]) == 0  # fp8 aux is the default planned format (the A/B)
+    assert main([*base, "--aux-dtype", "bf16"]) == 0  # warn only
     assert json.loads(out.read_text())["formats"]["bf16"]["disk_bound"] is True
     assert main(["plan", "--train-tokens-per-s", "1", "--extract-tokens-per-s", "1"]) == 2
     assert main(["plan", "--tokens", "1000"]) == 2  # no rates and no --from
     plan_json = json.loads(out.read_text())
+    assert plan_json["planned_format"] == "bf16"
+    assert plan_json["recommended_format"]["aux_dtype"] == "fp8_e4m3"
+    assert "fp8-aux-ab.json" in plan_json["recommended_format"]["why"]
     assert plan_json["command"].startswith("python -m remote_agent.eagle3 plan --tokens 1000000")
     assert "the disk read bandwidth: no --probe" in plan_json["not_measured"]
+
+
+def test_production_runbooks_dump_the_recommended_format():
+    import yaml
+
+    for name in ("kimi-k25-eagle3.yaml", "kimi-k25-eagle3-2box.yaml"):
+        text = (REPO / "runbooks" / name).read_text()
+        assert yaml.safe_load(text)["vars"]["aux_dtype"] == plan.RECOMMENDED_AUX, name
+        assert "35,856 B/token" in text and "final state stays" in text, name
+    ab = json.loads((REPO / "bench" / "results" / "fp8-aux-ab.json").read_text())
+    assert ab["equal_within_ci"] is True  # the A/B the default rests on
+    assert plan.bytes_per_token(7168, 3, plan.RECOMMENDED_AUX) == 35_856
