@@ -29,8 +29,9 @@ from runbook.engine.services import Services
 from runbook.engine.steps import StepRunner
 from runbook.events import BLOCKED, DONE, PENDING, Event
 from runbook.loader import LoadedRunbook
+from runbook.runs import Selection
 from runbook.schema import Runbook, Step
-from runbook.state import RunState, RunStore, rechoose_run_id
+from runbook.state import RunState, RunStore
 
 
 class Engine:
@@ -46,13 +47,15 @@ class Engine:
         default_host: str | None = None,
         listeners: Iterable[Callable[[Event], None]] = (),
         stats: bool = False,
-        reload: Callable[[str], LoadedRunbook] | None = None,
         accept_audit_break: bool = False,
-        new_run: bool = False,
+        selection: Selection | None = None,
     ) -> None:
+        """`selection` (runbook/runs.py): the run chosen before the claim, for `loaded`; `open`
+        chooses again under the claim. Without one, `open(run_id)` opens exactly that run."""
+        if selection is not None and selection.loaded is not loaded:
+            raise ValueError("an engine with a selection runs the selection's runbook")
         self.listeners = list(listeners)
-        self.new_run = new_run
-        self.reload = reload  # set: the run id is (re)chosen under the driver claim
+        self.selection = selection
         self.accept_audit_break = accept_audit_break
         emit = self.emit
         self.hosts = Hosts(
@@ -168,12 +171,16 @@ class Engine:
         return self.record.open_readonly()
 
     async def open(self, run_id: str) -> str:
-        """Create the run, or resume it if its state exists; the run directory stays locked."""
+        """Create the run, or resume it if its state exists; the run directory stays locked.
+        With a selection, `run_id` is the one it showed and the run opened is the one chosen
+        again under the claim (returned)."""
         await self.hosts.claim()  # one driver per work on the box, before the run id
         loaded = self.record.loaded
-        if self.reload is not None:
-            run_id = rechoose_run_id(self.state_dir, self.rb.name, self.new_run, run_id)
-            loaded = self.reload(run_id)
+        if self.selection is not None:
+            if run_id != self.selection.run_id:
+                raise ValueError(f"{run_id}: not the run this engine was built for")
+            settled = self.selection.under_claim()
+            run_id, loaded = settled.run_id, settled.loaded
         store = self.record.lock(run_id, loaded)
         box_head = await self.hosts.box_head(run_id)
         spool_id = await self.hosts.spool_id(self.default_host)
