@@ -15,17 +15,14 @@ from eagle_tui.app.app import CockpitApp
 from eagle_tui.app.keymap import load_keymap
 from eagle_tui.app.quitting import farewell, live_work
 from eagle_tui.app.screens.main import ACTIONS
-from runbook.engine import Engine
+from runbook.engine import Confirmer, Engine
+from runbook.events import Event
 from runbook.runs import RunbookSource, RunChoice, Selection
 from runbook.state import default_state_dir
 from runbook.transports import TransportOptions
 from runbook.transports.factory import make_transport_factory
 
 BINDING_IDS = {bid for *_, bid in ACTIONS}
-
-
-async def _no_confirmation(req):  # replaced by the app's typed-confirmation modal
-    return None
 
 
 def build_app(
@@ -44,38 +41,43 @@ def build_app(
     """The cockpit on `selection` (the CLI's); else on `run_id` as named, else on the run the
     flags choose (runbook/runs.py)."""
     options = options or TransportOptions()
-    if selection is None:
-        source = RunbookSource.read(args.runbook, overrides, state_dir)
-        selection = (
-            Selection.named(source, run_id)
-            if run_id is not None
-            else Selection.before_claim(
-                source,
-                RunChoice(getattr(args, "run", None), bool(getattr(args, "new_run", False))),
-            )
+    chosen = selection or _choose(args, state_dir, overrides, run_id)
+
+    def make_engine(listener: Callable[[Event], None], confirmer: Confirmer) -> Engine:
+        return Engine(
+            chosen.loaded,
+            state_dir,
+            transports=transports or make_transport_factory(state_dir, options),
+            confirmer=confirmer,  # the app's typed-confirmation modal
+            secrets=secrets,
+            default_host=args.host,
+            listeners=[listener],
+            stats=True,
+            accept_audit_break=getattr(args, "accept_audit_break", False),
+            selection=chosen,  # chosen again under the driver claim unless named
         )
-    engine = Engine(
-        selection.loaded,
-        state_dir,
-        transports=transports or make_transport_factory(state_dir, options),
-        confirmer=_no_confirmation,
-        secrets=secrets,
-        default_host=args.host,
-        stats=True,
-        accept_audit_break=getattr(args, "accept_audit_break", False),
-        selection=selection,  # chosen again under the driver claim unless named
-    )
+
     keymap, problems = load_keymap(BINDING_IDS, keymap_paths)
     select = getattr(args, "from", None) or getattr(args, "only", None)
     return CockpitApp(
-        engine,
-        selection.run_id,
+        make_engine,
+        chosen.run_id,
         options=options,
         clock=clock,
         keymap=keymap,
         keymap_problems=problems,
         select=select,
     )
+
+
+def _choose(
+    args: argparse.Namespace, state_dir: Path, overrides: dict[str, str], run_id: str | None
+) -> Selection:
+    source = RunbookSource.read(args.runbook, overrides, state_dir)
+    if run_id is not None:
+        return Selection.named(source, run_id)
+    choice = RunChoice(getattr(args, "run", None), bool(getattr(args, "new_run", False)))
+    return Selection.before_claim(source, choice)
 
 
 def reattach_command(args: argparse.Namespace, state_dir: Path, run_id: str) -> str:

@@ -151,14 +151,6 @@ class Engine:
     def want_stats(self, on: bool) -> None:
         self.hosts.want_stats = on
 
-    @property
-    def confirmer(self) -> Confirmer:
-        return self.gate.confirmer
-
-    @confirmer.setter
-    def confirmer(self, confirmer: Confirmer) -> None:
-        self.gate.confirmer = confirmer
-
     def host_of(self, step: Step) -> str:
         return self.hosts.host_of(step)
 
