@@ -108,16 +108,21 @@ def build(tmp: Path) -> BenchApp:
         )
     )
 
-    async def never(req: Any) -> None:
-        return None
+    def make_engine(listener: Any, confirmer: Any) -> Engine:
+        return Engine(
+            loaded,
+            state_dir,
+            transports=lambda host: None,  # type: ignore[arg-type]
+            confirmer=confirmer,
+            listeners=[listener],
+        )
 
-    engine = Engine(loaded, state_dir, transports=lambda host: None, confirmer=never)  # type: ignore[arg-type]
-    app = BenchApp(engine, RUN_ID, connect=False, reattach=False)
+    app = BenchApp(make_engine, RUN_ID, connect=False, reattach=False)
     return app
 
 
 class Producer:
-    """What Engine._follow's on_data does per chunk: mirror write, cursor, LogChunk event."""
+    """What LogFollower.follow's on_data does per chunk: mirror write, cursor, LogChunk event."""
 
     def __init__(self, app: BenchApp) -> None:
         self.app = app

@@ -20,10 +20,9 @@ from typing import Any
 from rich.text import Text
 
 from eagle_tui import __version__
-from eagle_tui.present.runs import find_run, pick_run_id, run_status
 from remote_agent.atomic_write import write_atomic
 from runbook import audit as audit_mod
-from runbook import audit_seal
+from runbook import audit_seal, runs
 from runbook.agent_client import AgentError
 from runbook.audit_seal import AuditBreak
 from runbook.box_claim import EXIT_LOCKED, DriverLocked
@@ -38,14 +37,9 @@ from runbook.engine import (
 from runbook.escape import terminal
 from runbook.events import BLOCKED, RUNNING, TERMINAL_BAD
 from runbook.loader import RunbookError, load_runbook, parse_overrides, read_secrets
+from runbook.runs import RunbookSource, RunChoice, Selection
 from runbook.secret_guard import refuse_raw_secrets
-from runbook.state import (
-    RunLocked,
-    RunState,
-    StateWriteError,
-    default_state_dir,
-    list_runs,
-)
+from runbook.state import RunLocked, RunState, StateWriteError, default_state_dir, list_runs
 from runbook.transports import FINGERPRINT_RE, TransportError, TransportOptions
 from runbook.transports.factory import make_transport_factory
 
@@ -161,7 +155,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     state_dir = _state_dir(args)
     try:
         overrides = parse_overrides(args.set or [])
-        probe = load_runbook(args.runbook, overrides)
+        source = RunbookSource.read(args.runbook, overrides, state_dir)  # the file, read once
+        probe = source.probe
         for flag, sid in (("--from", getattr(args, "from")), ("--only", args.only)):
             if sid is not None and sid not in probe.runbook.step_ids:
                 raise RunbookError(
@@ -179,7 +174,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
         secrets = read_secrets(probe.runbook)
         refuse_raw_secrets(probe, secrets, overrides)  # the value never enters state or box
-        run_id = pick_run_id(state_dir, probe.runbook.name, args)
+        choice = RunChoice(args.run, args.new_run)
+        if choice.new:  # the new run does not follow older runs' running steps: say so
+            for old, live in runs.still_running(state_dir, probe.runbook.name):
+                _err(
+                    f"warning: run {old} still has running steps: {', '.join(live)}; "
+                    f"the new run does not follow them (open that run with --run {old})"
+                )
+        selection = Selection.before_claim(source, choice)
     except RunbookError as exc:
         for p in exc.problems:
             _err(p)
@@ -189,9 +191,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.auto and not args.dry_run:
         from eagle_tui.app.launch import run_app  # imported only for the TUI
 
-        return run_app(args, state_dir, overrides, secrets, run_id=run_id, options=options)
+        return run_app(args, state_dir, overrides, secrets, selection, options=options)
 
-    loaded = load_runbook(args.runbook, overrides, run_id=run_id, state_dir=state_dir)
+    loaded = selection.loaded
     from eagle_tui.headless import HeadlessView
 
     view = HeadlessView(
@@ -207,15 +209,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         secrets=secrets,
         default_host=args.host,
         listeners=[view],
-        reload=lambda rid: load_runbook(args.runbook, overrides, run_id=rid, state_dir=state_dir),
         accept_audit_break=args.accept_audit_break,
-        new_run=args.new_run,
+        selection=selection,  # chosen again under the driver claim (runbook/runs.py)
     )
 
     view.record_of = lambda sid: engine.state.steps.get(sid) if engine.state else None
 
     async def go() -> int:
-        return await _run_headless(args, engine, view, run_id)
+        return await _run_headless(args, engine, view, selection.run_id)
 
     with view:
         code = asyncio.run(go())
@@ -229,9 +230,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     elif args.dry_run:
         print(
-            dry_run_verdict(
-                getattr(engine, "dry_report", {}), getattr(engine, "dry_unreachable", {})
-            )
+            dry_run_verdict(engine.dry_report, engine.dry_unreachable)
             if view.dry_run_done
             else f"dry run: stopped before every step was evaluated (exit {code}); nothing changed"
         )
@@ -263,7 +262,7 @@ def dry_run_verdict(
 # ---------------------------------------------------------------------- status
 def cmd_status(args: argparse.Namespace) -> int:
     try:
-        run = find_run(_state_dir(args), args.run)
+        run = runs.find(_state_dir(args), args.run)
     except LookupError as exc:
         _err(str(exc))
         return EXIT_INVALID
@@ -354,21 +353,21 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    runs = list_runs(_state_dir(args))
-    if not runs:
+    listed = list_runs(_state_dir(args))
+    if not listed:
         print(f"no runs in {_state_dir(args)}")
         return EXIT_OK
     table = Table(header_style="bold")
     for col in ("run", "runbook", "started (UTC)", "status", "running steps"):
         table.add_column(col, overflow="fold")  # ids are never cut, even when piped
-    for run in runs:
+    for run in listed:
         started = datetime.datetime.fromtimestamp(run.created_at, datetime.timezone.utc)
         live = [sid for sid, r in run.steps.items() if r.status == RUNNING]
         table.add_row(
             Text(run.run_id),
             Text(run.runbook_name),
             started.strftime("%Y-%m-%d %H:%M"),
-            run_status(run),
+            runs.status(run),
             Text(", ".join(live), style="yellow"),
         )
     Console(width=None if sys.stdout.isatty() else 200).print(table)
@@ -433,7 +432,7 @@ def verification(args: argparse.Namespace, run: RunState, path: Path) -> audit_m
 
 def cmd_audit(args: argparse.Namespace) -> int:
     try:
-        run = find_run(_state_dir(args), args.run)
+        run = runs.find(_state_dir(args), args.run)
     except LookupError as exc:
         _err(str(exc))
         return EXIT_INVALID

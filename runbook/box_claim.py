@@ -13,7 +13,8 @@ import secrets
 from datetime import datetime, timezone
 from typing import Any
 
-from runbook.audit import actor
+from runbook.agent_client import HostSession
+from runbook.audit import Head, actor
 
 EXIT_LOCKED = 4
 DRIVER_ID = secrets.token_hex(8)  # this process: lets a reconnecting driver take its lock back
@@ -59,15 +60,12 @@ async def release(call: Any, name: str) -> None:
     await call("lock.release", **lock_args(name))
 
 
-# ---------------------------------------------------------------------- engine hooks
-# `engine` is a runbook.engine.Engine (duck-typed here to keep this module small and free of
-# the engine's imports): its default host, runbook name, sessions and audit.
+# ---------------------------------------------------------------------- on a host's session
+# Each takes only what it needs (runbook/engine/hosts.py calls them with its sessions).
 
 
-async def hold(engine: Any) -> None:
-    """Claim the work on the default host now and on every reconnect of that session."""
-    session = await engine.session(engine.default_host)
-    name = engine.rb.name
+async def hold(session: HostSession, name: str) -> None:
+    """Claim the work on `session`'s box now and on every reconnect of that session."""
 
     async def reclaim(conn: Any) -> None:
         await claim(conn.call, name)
@@ -80,46 +78,24 @@ async def hold(engine: Any) -> None:
         await session.connection()  # runs reclaim
 
 
-async def hold_on(engine: Any, host: str) -> None:
-    """The same claim on another host a step uses, before that step's first job (or reattach)
-    there; once per engine and host (the session re-takes it on every reconnect)."""
-    claimed: set[str] = engine.__dict__.setdefault("_claimed_hosts", set())
-    if host == engine.default_host or host in claimed:
-        return
-    await hold(_OnHost(engine, host))
-    claimed.add(host)
-
-
-class _OnHost:
-    """The engine as `hold` sees it, with another host as its default (duck-typed)."""
-
-    def __init__(self, engine: Any, host: str) -> None:
-        self._engine, self.default_host, self.rb = engine, host, engine.rb
-
-    async def session(self, host: str) -> Any:
-        return await self._engine.session(host)
-
-
-async def box_head(engine: Any, run_id: str) -> dict[str, Any] | None:
-    res = await engine.call(engine.default_host, "audit.head_get", run_id=run_id)
+async def box_head(session: HostSession, run_id: str) -> dict[str, Any] | None:
+    res = await session.call("audit.head_get", run_id=run_id)
     head = res.get("head")
     return head if isinstance(head, dict) else None
 
 
-async def push_head(engine: Any, clean: bool = False) -> bool:
+async def push_head(
+    session: HostSession | None, run_id: str, head: Head, clean: bool = False
+) -> bool:
     """Keep the audit head on the box, where the operator's files cannot rewrite it; False
     when it could not (best effort: the next push records it)."""
-    if engine.audit is None or engine.state is None:
-        return False
-    session = engine.sessions.get(engine.default_host)
     if session is None or session.conn is None or session.conn.closed.is_set():
         return False  # never reconnect just for this: the next push or open records it
-    head = engine.audit.head
     try:
         await session.conn.call(
             "audit.head_set",
             timeout=10,
-            run_id=engine.state.run_id,
+            run_id=run_id,
             seq=head.seq,
             hash=head.hash,
             clean=clean,

@@ -757,15 +757,20 @@ def load_runbook(
     state_dir: Path | str = "STATE_DIR",
 ) -> LoadedRunbook:
     path = Path(path)
+    return load_text(read_runbook_text(path), str(path), overrides, run_id, str(state_dir))
+
+
+def read_runbook_text(path: Path | str) -> str:
+    """The runbook file's text; RunbookError when it cannot be read or is not UTF-8."""
+    path = Path(path)
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise RunbookError([f"{path}: cannot read runbook: {exc.strerror or exc}"]) from None
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise RunbookError([f"{path}:1:1: not UTF-8 text ({exc.reason})"]) from None
-    return load_text(text, str(path), overrides, run_id, str(state_dir))
 
 
 def read_secrets(rb: Runbook, environ: Mapping[str, str] | None = None) -> dict[str, str]:

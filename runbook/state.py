@@ -206,25 +206,3 @@ def unreadable_runs(state_dir: Path, runbook_name: str) -> list[str]:
         except (ValueError, OSError):
             out.append(d.name)
     return out
-
-
-def choose_run_id(state_dir: Path, runbook_name: str, new_run: bool = False) -> str:
-    """Resume the latest unfinished run of this runbook, else start a new one."""
-    if new_run:
-        return new_run_id(runbook_name)
-    broken = unreadable_runs(state_dir, runbook_name)
-    if broken:
-        return broken[-1]
-    prior = latest_run(state_dir, runbook_name)
-    return prior.run_id if prior is not None and not prior.finished else new_run_id(runbook_name)
-
-
-def rechoose_run_id(state_dir: Path, runbook_name: str, new_run: bool, chosen: str) -> str:
-    """Under the driver claim, choose again; a "new run" decision keeps the id shown already."""
-
-    def started(run_id: str) -> bool:
-        d = Path(state_dir) / "runs" / run_id
-        return (d / "state.json").exists() or (d / "audit.jsonl").exists()
-
-    fresh = choose_run_id(state_dir, runbook_name, new_run)
-    return chosen if not started(fresh) and not started(chosen) else fresh

@@ -45,7 +45,7 @@ from runbook import audit as audit_mod
 from runbook.agent_client import AgentError
 from runbook.audit_seal import AuditBreak
 from runbook.box_claim import EXIT_LOCKED, DriverLocked
-from runbook.engine import EXIT_OK, Confirmation, ConfirmRequest, Engine
+from runbook.engine import EXIT_OK, Confirmation, Confirmer, ConfirmRequest, Engine
 from runbook.engine.constants import EXIT_MEANINGS
 from runbook.escape import terminal
 from runbook.events import (
@@ -65,6 +65,9 @@ from runbook.state import RunLocked, RunState, StateWriteError, StepRecord, list
 from runbook.transports import TransportError, TransportOptions
 
 OPERATOR_ERRORS = (ValueError, KeyError)  # refused actions (e.g. skipping a running step)
+
+# builds the app's engine with the app as its listener and confirmer (eagle_tui/app/launch.py)
+EngineFactory = Callable[[Callable[[Event], None], Confirmer], Engine]
 
 
 class CockpitApp(App[int]):
@@ -86,7 +89,7 @@ class CockpitApp(App[int]):
 
     def __init__(
         self,
-        engine: Engine,
+        make_engine: EngineFactory,
         run_id: str,
         *,
         options: TransportOptions | None = None,
@@ -99,7 +102,7 @@ class CockpitApp(App[int]):
         export_dir: Path | None = None,
     ) -> None:
         super().__init__()
-        self.engine = engine
+        self.engine = make_engine(self.engine_listener, self.confirm)  # events + confirmations
         self.run_id = run_id
         self.refusal: str | None = None
         self.options = options
@@ -120,8 +123,6 @@ class CockpitApp(App[int]):
         self.trust = HostTrust(self)  # unknown host keys: ask, then reconnect trusting
         self.actions = EngineActions(self)  # the operator's commands, a composed object
         self.main = MainScreen(self)  # its port (eagle_tui/app/port.py) onto this app
-        engine.listeners.append(self.engine_listener)
-        engine.confirmer = self.confirm
         if keymap:
             self.set_keymap(keymap)
 

@@ -1,5 +1,6 @@
 """`eagle-tui run RUNBOOK` without --auto: choose or resume the run exactly like the headless
-path, build the engine with the cockpit as its listener and confirmer, and run the app."""
+path (runbook/runs.py), build the engine with the cockpit as its listener and confirmer, and
+run the app."""
 
 from __future__ import annotations
 
@@ -14,18 +15,14 @@ from eagle_tui.app.app import CockpitApp
 from eagle_tui.app.keymap import load_keymap
 from eagle_tui.app.quitting import farewell, live_work
 from eagle_tui.app.screens.main import ACTIONS
-from eagle_tui.present.runs import pick_run_id  # shared with the CLI, which imports us
-from runbook.engine import Engine
-from runbook.loader import load_runbook
+from runbook.engine import Confirmer, Engine
+from runbook.events import Event
+from runbook.runs import RunbookSource, RunChoice, Selection
 from runbook.state import default_state_dir
 from runbook.transports import TransportOptions
 from runbook.transports.factory import make_transport_factory
 
 BINDING_IDS = {bid for *_, bid in ACTIONS}
-
-
-async def _no_confirmation(req):  # replaced by the app's typed-confirmation modal
-    return None
 
 
 def build_app(
@@ -39,37 +36,48 @@ def build_app(
     run_id: str | None = None,
     transports=None,
     options: TransportOptions | None = None,
+    selection: Selection | None = None,
 ) -> CockpitApp:
+    """The cockpit on `selection` (the CLI's); else on `run_id` as named, else on the run the
+    flags choose (runbook/runs.py)."""
     options = options or TransportOptions()
-    probe = load_runbook(args.runbook, overrides)
-    explicit = run_id is not None or bool(getattr(args, "run", None))
-    run_id = run_id or pick_run_id(state_dir, probe.runbook.name, args)
-    loaded = load_runbook(args.runbook, overrides, run_id=run_id, state_dir=state_dir)
-    engine = Engine(
-        loaded,
-        state_dir,
-        transports=transports or make_transport_factory(state_dir, options),
-        confirmer=_no_confirmation,
-        secrets=secrets,
-        default_host=args.host,
-        stats=True,
-        reload=None
-        if explicit
-        else lambda rid: load_runbook(args.runbook, overrides, run_id=rid, state_dir=state_dir),
-        accept_audit_break=getattr(args, "accept_audit_break", False),
-        new_run=bool(getattr(args, "new_run", False)),
-    )
+    chosen = selection or _choose(args, state_dir, overrides, run_id)
+
+    def make_engine(listener: Callable[[Event], None], confirmer: Confirmer) -> Engine:
+        return Engine(
+            chosen.loaded,
+            state_dir,
+            transports=transports or make_transport_factory(state_dir, options),
+            confirmer=confirmer,  # the app's typed-confirmation modal
+            secrets=secrets,
+            default_host=args.host,
+            listeners=[listener],
+            stats=True,
+            accept_audit_break=getattr(args, "accept_audit_break", False),
+            selection=chosen,  # chosen again under the driver claim unless named
+        )
+
     keymap, problems = load_keymap(BINDING_IDS, keymap_paths)
     select = getattr(args, "from", None) or getattr(args, "only", None)
     return CockpitApp(
-        engine,
-        run_id,
+        make_engine,
+        chosen.run_id,
         options=options,
         clock=clock,
         keymap=keymap,
         keymap_problems=problems,
         select=select,
     )
+
+
+def _choose(
+    args: argparse.Namespace, state_dir: Path, overrides: dict[str, str], run_id: str | None
+) -> Selection:
+    source = RunbookSource.read(args.runbook, overrides, state_dir)
+    if run_id is not None:
+        return Selection.named(source, run_id)
+    choice = RunChoice(getattr(args, "run", None), bool(getattr(args, "new_run", False)))
+    return Selection.before_claim(source, choice)
 
 
 def reattach_command(args: argparse.Namespace, state_dir: Path, run_id: str) -> str:
@@ -96,11 +104,11 @@ def run_app(
     state_dir: Path,
     overrides: dict[str, str],
     secrets: dict[str, str],
-    run_id: str | None = None,
+    selection: Selection,
     options: TransportOptions | None = None,
 ) -> int:
     while True:
-        app = build_app(args, state_dir, overrides, secrets, run_id=run_id, options=options)
+        app = build_app(args, state_dir, overrides, secrets, selection=selection, options=options)
         code = app.run()
         if app.refusal:
             print(app.refusal, file=sys.stderr)
@@ -114,3 +122,5 @@ def run_app(
             return int(code if code is not None else app.return_code or 0)
         run_id = app.next_run  # the run picker's choice (`o`)
         print(f"opening run {run_id}")
+        # the runbook file as it is now (it may have been edited since), for the chosen run
+        selection = Selection.named(RunbookSource.read(args.runbook, overrides, state_dir), run_id)

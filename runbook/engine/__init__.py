@@ -10,14 +10,20 @@ id before `job.start`), so an engine killed at any point and started again eithe
 (and follows its log from the saved cursor) or finds it was never started (and starts it, under
 the same job id, which the agent refuses to start twice).
 
-One concern per module: core (state, audit, sessions), guards, targets, launchguards, confirm + confirmgate, runner (attempts and
-launches), fanout (one step on several hosts), services, logmirror, outcome (exit classification), operator, dryrun, stats.
+`Engine` (facade.py) is the operator's verbs over parts that each take what they need:
+- the run record (record.py): runbook, state file, audit; every status change;
+- hosts (hosts.py): a session per box, its stats (stats.py), the driver claim (box_claim.py);
+- guards (guards.py, targets.py): evaluation on the box, delete targets; the confirmation gate
+  (confirmgate.py, confirm.py) and the guards re-checked at launch (launchguards.py);
+- jobs (jobs.py): launch once, follow the log into the mirror (logmirror.py), classify the end
+  (outcome.py); services (services.py); fan-out over hosts (fanout.py);
+- the step runner (steps.py: requirements, skip_if, retries, one attempt), the operator's
+  actions (operator.py) and the dry run (dryrun.py).
 """
 
 from __future__ import annotations
 
 from runbook.engine.confirm import Confirmation, Confirmer, ConfirmRequest, headless_confirmer
-from runbook.engine.confirmgate import ConfirmGateMixin
 from runbook.engine.constants import (
     EXIT_BLOCKED,
     EXIT_FAILED,
@@ -27,37 +33,7 @@ from runbook.engine.constants import (
     TOOL_VERSION,
     TransportFactory,
 )
-from runbook.engine.core import EngineCore
-from runbook.engine.dryrun import DryRunMixin
-from runbook.engine.fanout import FanoutMixin
-from runbook.engine.guards import GuardsMixin
-from runbook.engine.launchguards import LaunchGuardsMixin
-from runbook.engine.logmirror import LogMirrorMixin
-from runbook.engine.operator import OperatorMixin
-from runbook.engine.outcome import OutcomeMixin
-from runbook.engine.runner import RunnerMixin
-from runbook.engine.services import ServiceMixin
-from runbook.engine.stats import StatsMixin
-from runbook.engine.targets import TargetsMixin
-
-
-class Engine(
-    RunnerMixin,
-    FanoutMixin,
-    ServiceMixin,
-    LogMirrorMixin,
-    OutcomeMixin,
-    GuardsMixin,
-    ConfirmGateMixin,
-    LaunchGuardsMixin,
-    TargetsMixin,
-    OperatorMixin,
-    DryRunMixin,
-    StatsMixin,
-    EngineCore,
-):
-    """The whole engine: each concern lives in its own module (see the package docstring)."""
-
+from runbook.engine.facade import Engine
 
 __all__ = [
     "EXIT_BLOCKED",

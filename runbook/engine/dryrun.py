@@ -10,6 +10,7 @@ guards are "not evaluated: host unreachable" (exit 5), never silently passed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from runbook import plan
@@ -18,13 +19,10 @@ from runbook.engine.constants import (
     EXIT_OK,
     EXIT_UNREACHABLE,
 )
-from runbook.engine.core import EngineCore
-from runbook.events import (
-    DONE,
-    DryRunStep,
-    GuardsEvaluated,
-    Notice,
-)
+from runbook.engine.guards import Guards
+from runbook.engine.hosts import Hosts
+from runbook.engine.record import RunRecord
+from runbook.events import DONE, DryRunStep, Event, GuardsEvaluated, Notice
 from runbook.schema import Step, StepSucceeded
 from runbook.transports import TransportError
 from runbook.transports.ssh_target import unreachable_hint
@@ -38,31 +36,36 @@ def failed_text(results: list[dict]) -> str:
     return "; ".join(f"{r.get('title') or r['check']}: {r.get('message')}" for r in results)
 
 
-class DryRunMixin(EngineCore):
+class DryRun:
     """--dry-run: evaluate and report, write nothing."""
 
-    # the last dry run's verdict per step: (state, why), for the CLI's and the cockpit's summary
-    dry_report: dict[str, tuple[str, str]]
-    # the hosts the last dry run could not reach: host -> the one-line cause
-    dry_unreachable: dict[str, str]
+    def __init__(
+        self, record: RunRecord, hosts: Hosts, guards: Guards, emit: Callable[[Event], None]
+    ) -> None:
+        self.record, self.hosts, self.guards, self.emit = record, hosts, guards, emit
+        # the last dry run's verdict per step: (state, why), for the CLI's and cockpit's summary
+        self.report: dict[str, tuple[str, str]] = {}
+        # the hosts the last dry run could not reach: host -> the one-line cause
+        self.unreachable: dict[str, str] = {}
 
-    async def dry_run(self) -> int:
+    async def run(self) -> int:
         """Evaluate every guard now (read-only probes); change nothing. 0 nothing blocked, 3 some
         step blocked by a guard no earlier step can change, 5 a host was unreachable (its
         guards not evaluated) (GuardsEvaluated, then DryRunStep)."""
-        assert self.state
-        self.dry_report = {}
-        self.dry_unreachable = {}
+        assert self.record.state
+        rb = self.record.rb
+        self.report = {}
+        self.unreachable = {}
         earlier: list[Step] = []  # steps before this one that have yet to run
-        for host in dict.fromkeys(self.host_of(s) for s in self.rb.steps if s.hosts is None):
-            if any(self._probes(s) for s in self.rb.steps if self.host_of(s) == host):
+        for host in dict.fromkeys(self.hosts.host_of(s) for s in rb.steps if s.hosts is None):
+            if any(self._probes(s) for s in rb.steps if self.hosts.host_of(s) == host):
                 await self._reach(host)  # an unreachable host is said first, once
-        for sid in plan.ordered_steps(self.rb):
-            step = self.rb.step(sid)
+        for sid in plan.ordered_steps(rb):
+            step = rb.step(sid)
             if step.hosts is not None:  # its children are evaluated, each on its own host
                 continue
             state, why = await self._dry_step(step, earlier)
-            self.dry_report[sid] = (state, why)
+            self.report[sid] = (state, why)
             if state in WAITING:
                 earlier.append(step)
             what = (
@@ -70,20 +73,20 @@ class DryRunMixin(EngineCore):
                 if step.launches_job
                 else (f"(stops the {step.stop} service)" if step.stop else None)
             )
-            self.emit(DryRunStep(sid, self.host_of(step), what, step.destructive, state, why))
-        if self.dry_unreachable:
+            self.emit(DryRunStep(sid, self.hosts.host_of(step), what, step.destructive, state, why))
+        if self.unreachable:
             return EXIT_UNREACHABLE
-        blocked = any(state == "blocked" for state, _ in self.dry_report.values())
+        blocked = any(state == "blocked" for state, _ in self.report.values())
         return EXIT_BLOCKED if blocked else EXIT_OK
 
     async def _reach(self, host: str) -> str | None:
         """None when `host` answers; else why not. One attempt (its phases bounded by the
         transport), never the endless retry of a run; a session some other caller is already
         retrying is not waited for: its last error says why."""
-        if host in self.dry_unreachable:
-            return self.dry_unreachable[host]
+        if host in self.unreachable:
+            return self.unreachable[host]
         try:
-            session = await self.session(host)
+            session = await self.hosts.session(host)
             if session.connected:
                 return None
             if session.connecting:
@@ -93,7 +96,7 @@ class DryRunMixin(EngineCore):
                 return None
         except TransportError as exc:
             why = str(exc)
-        self.dry_unreachable[host] = why
+        self.unreachable[host] = why
         why = why.removeprefix(f"{host}: ")  # said once, at the front
         self.emit(
             Notice(
@@ -107,11 +110,13 @@ class DryRunMixin(EngineCore):
     def _probes(self, step: Step) -> list:
         """The checks that need the step's box (step_succeeded reads the run's own records)."""
         return [
-            c for c in (*step.skip_if, *self.pre_checks(step)) if not isinstance(c, StepSucceeded)
+            c
+            for c in (*step.skip_if, *self.guards.pre_checks(step))
+            if not isinstance(c, StepSucceeded)
         ]
 
     def _unreachable_hint(self, host: str) -> str:
-        config = self.rb.hosts.get(host)
+        config = self.record.rb.hosts.get(host)
         target = getattr(config, "ssh", None) or host
         return unreachable_hint(host, target)
 
@@ -123,7 +128,7 @@ class DryRunMixin(EngineCore):
         results: list[dict[str, Any]] = []
         for check, note in zip(checks, notes, strict=True):
             if isinstance(check, StepSucceeded):
-                res = self._step_succeeded(check)
+                res = self.guards.step_succeeded(check)
             else:
                 res = {
                     "ok": False,
@@ -138,12 +143,13 @@ class DryRunMixin(EngineCore):
         return results
 
     async def _dry_step(self, step: Step, earlier: list[Step]) -> tuple[str, str]:
-        assert self.state
-        if self.state.steps[step.id].status in DONE:
+        state = self.record.state
+        assert state
+        if state.steps[step.id].status in DONE:
             return "done", ""
-        host = self.host_of(step)
+        host = self.hosts.host_of(step)
         if self._probes(step) and await self._reach(host) is not None:
-            checks = self.pre_checks(step)
+            checks = self.guards.pre_checks(step)
             res = self._not_evaluated(step, checks, "pre", self._notes(checks, earlier), host)
             hard = [
                 r
@@ -155,16 +161,16 @@ class DryRunMixin(EngineCore):
             return NOT_EVALUATED, f"host {host} unreachable: its guards were not evaluated"
         if step.skip_if:  # one an earlier step changes (it creates the path) cannot skip yet
             notes = self._notes(step.skip_if, earlier)
-            res = await self.evaluate(step, step.skip_if, "skip_if", notes)
+            res = await self.guards.evaluate(step, step.skip_if, "skip_if", notes)
             if all(r["ok"] for r in res) and not any("pending_on" in n for n in notes):
                 return "satisfied", "skip_if holds"
-        checks = self.pre_checks(step)
-        res = await self.evaluate(step, checks, "pre", self._notes(checks, earlier))
+        checks = self.guards.pre_checks(step)
+        res = await self.guards.evaluate(step, checks, "pre", self._notes(checks, earlier))
         hard = [r for r in res if not r["ok"] and not r.get("pending_on")]
         if hard:
             return "blocked", failed_text(hard)
         waits = [r["pending_on"] for r in res if not r["ok"]]
-        waits += [r for r in step.requires if self.dry_report.get(r, ("",))[0] in WAITING[1:]]
+        waits += [r for r in step.requires if self.report.get(r, ("",))[0] in WAITING[1:]]
         if waits:
             return "pending", "pending on step " + ", ".join(dict.fromkeys(waits))
         return "would run", ""

@@ -11,7 +11,9 @@ import json
 from typing import Any
 
 from runbook.agent_client import AgentError
-from runbook.engine.core import EngineCore
+from runbook.engine.confirmgate import ConfirmGate
+from runbook.engine.guards import Guards
+from runbook.engine.record import RunRecord
 from runbook.events import BLOCKED
 from runbook.schema import Step, StepSucceeded
 from runbook.state import StepRecord
@@ -23,8 +25,24 @@ class GuardsChanged(Exception):
         self.results = results
 
 
-class LaunchGuardsMixin(EngineCore):
-    def launch_guards(self, step: Step, rec: StepRecord) -> list[dict[str, Any]] | None:
+def refused_at_launch(exc: AgentError) -> GuardsChanged | None:
+    """The agent's `guards_changed` refusal as GuardsChanged; None for any other error."""
+    if exc.type != "guards_changed":
+        return None
+    try:
+        results = json.loads(exc.message)
+    except ValueError:
+        results = [{"ok": False, "observed": None, "message": exc.message}]
+    return GuardsChanged(results)
+
+
+class LaunchGuards:
+    """The confirmed guards sent with `job.start`, and what their answer means."""
+
+    def __init__(self, guards: Guards, record: RunRecord, gate: ConfirmGate) -> None:
+        self.guards, self.record, self.gate = guards, record, gate
+
+    def for_start(self, step: Step, rec: StepRecord) -> list[dict[str, Any]] | None:
         """For job.start: each box-side guard with the observed value shown (None: no guards).
 
         step_succeeded guards are the engine's own records: re-checked here, at the same moment.
@@ -33,10 +51,10 @@ class LaunchGuardsMixin(EngineCore):
             return None
         shown = rec.guards or []
         out, local = [], []
-        for i, check in enumerate(self.pre_checks(step)):
+        for i, check in enumerate(self.guards.pre_checks(step)):
             old = shown[i] if i < len(shown) else {}
             if isinstance(check, StepSucceeded):
-                res = self._step_succeeded(check)
+                res = self.guards.step_succeeded(check)
                 if not res["ok"]:
                     local.append({"check": check.check, "title": check.title, **res})
                 continue
@@ -48,30 +66,23 @@ class LaunchGuardsMixin(EngineCore):
             raise GuardsChanged(local)
         return out
 
-    def refused_at_launch(self, exc: AgentError) -> GuardsChanged | None:
-        if exc.type != "guards_changed":
-            return None
-        try:
-            results = json.loads(exc.message)
-        except ValueError:
-            results = [{"ok": False, "observed": None, "message": exc.message}]
-        return GuardsChanged(results)
-
-    def record_launch_guards(self, step: Step, rec: StepRecord, results: list[dict]) -> None:
+    def record_evidence(self, step: Step, rec: StepRecord, results: list[dict]) -> None:
         """The evidence evaluated at launch replaces the shown one in the step's records."""
         box = iter(results)
         merged = []
-        for check, old in zip(self.pre_checks(step), rec.guards or [], strict=False):
+        for check, old in zip(self.guards.pre_checks(step), rec.guards or [], strict=False):
             new = old if isinstance(check, StepSucceeded) else next(box, {})
             merged.append({"check": old.get("check"), "title": old.get("title"), **new})
         rec.guards = merged
-        assert self.audit
-        self.audit.append("step.launch_guards", step=step.id, job_id=rec.job_id, guards=merged)
+        assert self.record.audit
+        self.record.audit.append(
+            "step.launch_guards", step=step.id, job_id=rec.job_id, guards=merged
+        )
 
-    def block_changed(self, step: Step, rec: StepRecord, exc: GuardsChanged) -> str:
+    def block(self, step: Step, rec: StepRecord, exc: GuardsChanged) -> str:
         """Blocked, nothing ran: each moved or failing guard shown with both observed values."""
         shown = rec.guards or []
-        pairs = zip(self.pre_checks(step), shown, strict=False)
+        pairs = zip(self.guards.pre_checks(step), shown, strict=False)
         named = [g for c, g in pairs if not isinstance(c, StepSucceeded)]
         lines, now = [], []
         for i, res in enumerate(exc.results):
@@ -84,8 +95,8 @@ class LaunchGuardsMixin(EngineCore):
                 f"{res['title'] or res['check']}: shown {json.dumps(old.get('observed'))}, "
                 f"now {json.dumps(res.get('observed'))} ({res.get('message')})"
             )
-        self._confirmed.discard(step.id)
-        self._set(
+        self.gate.forget(step.id)
+        self.record.set(
             step.id,
             BLOCKED,
             "guards_changed",

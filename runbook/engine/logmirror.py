@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import codecs
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from remote_agent.redact import StreamRedactor
-from runbook.engine.core import EngineCore
-from runbook.events import (
-    LogChunk,
-    MetricsUpdate,
-    ProgressUpdate,
-)
+from runbook.engine.hosts import Hosts
+from runbook.engine.record import RunRecord
+from runbook.events import Event, LogChunk, MetricsUpdate, ProgressUpdate
 from runbook.logsplit import LineSplitter, parse_record
 from runbook.mirror import LogMirror
 from runbook.schema import Step
@@ -30,10 +28,14 @@ class _Follow:
     splitter: LineSplitter = field(default_factory=LineSplitter)
 
 
-class LogMirrorMixin(EngineCore):
+class LogFollower:
     """Follows a job's log from the saved cursor into the mirror file."""
 
-    async def _follow(self, step: Step, rec: StepRecord, host: str) -> dict[str, Any]:
+    def __init__(self, record: RunRecord, hosts: Hosts, emit: Callable[[Event], None]) -> None:
+        self.record, self.hosts, self.emit = record, hosts, emit
+
+    async def follow(self, step: Step, rec: StepRecord, host: str) -> dict[str, Any]:
+        """Mirror the job's log until it ends; its end (exit record, log size, fate)."""
         path = Path(rec.log_file or "")
         # Resume where the mirror durably ends: no byte is shown twice (runbook/mirror.py).
         mirror = LogMirror(path, rec.log_remote_offset, rec.log_mirror_size)
@@ -43,9 +45,9 @@ class LogMirrorMixin(EngineCore):
         if unshown:  # mirrored, but the client died while drawing it: draw it now, once
             self.emit(LogChunk(step.id, unshown.decode("utf-8", "replace")))
             mirror.mark_shown()
-        session = await self.session(host)
+        session = await self.hosts.session(host)
         # streaming: a secret split across chunks (or in a line of any length) is still caught
-        redactor = StreamRedactor(self.secrets.values())
+        redactor = StreamRedactor(self.record.secrets.values())
         # a character cut by a chunk boundary is decoded whole (never two U+FFFD halves)
         decode = codecs.getincrementaldecoder("utf-8")("replace").decode
 
@@ -58,7 +60,7 @@ class LogMirrorMixin(EngineCore):
             mirror.mark_shown()
             for line in follow.splitter.feed(data):
                 self._on_line(step.id, rec, line)
-            self._save(force=False)
+            self.record.save(force=False)
 
         try:
             end = await session.follow_job(rec.job_id or "", rec.log_remote_offset, on_data)

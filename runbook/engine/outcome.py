@@ -6,7 +6,9 @@ import time
 from typing import Any
 
 from runbook.agent_client import AgentError, ConnectionLost
-from runbook.engine.core import EngineCore
+from runbook.engine.guards import Guards
+from runbook.engine.hosts import Hosts
+from runbook.engine.record import RunRecord
 from runbook.events import (
     CANCELLED,
     FAILED,
@@ -18,10 +20,13 @@ from runbook.schema import Step
 from runbook.state import StepRecord
 
 
-class OutcomeMixin(EngineCore):
+class Outcome:
     """Classifies how a step ended; postconditions, log hash and artifacts."""
 
-    async def _finish_ok_or_post(
+    def __init__(self, record: RunRecord, hosts: Hosts, guards: Guards) -> None:
+        self.record, self.hosts, self.guards = record, hosts, guards
+
+    async def finish(
         self,
         step: Step,
         rec: StepRecord,
@@ -33,7 +38,7 @@ class OutcomeMixin(EngineCore):
         fields: dict[str, Any] = {"duration_s": round(rec.ended_at - start, 3)}
         status, reason, message = SUCCEEDED, None, None
         if job_end is not None:
-            host = rec.host or self.host_of(step)
+            host = rec.host or self.hosts.host_of(step)
             exit_info = job_end.get("exit")
             fields["log"] = await self._log_ref(host, rec, int(job_end.get("log_size") or 0))
             if not exit_info:
@@ -65,7 +70,7 @@ class OutcomeMixin(EngineCore):
                     message = "the service exited (code 0) before it was ready"
             fields.update(exit_code=rec.exit_code, signal=rec.signal)
         if status == SUCCEEDED and step.postconditions:
-            post = await self.evaluate(step, step.postconditions, "post")
+            post = await self.guards.evaluate(step, step.postconditions, "post")
             fields["postconditions"] = post
             if not all(r["ok"] for r in post):
                 status, reason = FAILED, "postcondition_failed"
@@ -81,7 +86,7 @@ class OutcomeMixin(EngineCore):
             fields["result"] = rec.progress
         if status == SUCCEEDED and reason is None and job_end is None:
             reason = "guards_passed"
-        self._set(step.id, status, reason, message, fields)
+        self.record.set(step.id, status, reason, message, fields)
         return status
 
     async def _log_ref(self, host: str, rec: StepRecord, size: int) -> dict[str, Any]:
@@ -92,7 +97,7 @@ class OutcomeMixin(EngineCore):
             "mirror": rec.log_file,
         }
         try:
-            h = await self.call(host, "job.log_hash", job_id=rec.job_id, start=0, end=size)
+            h = await self.hosts.call(host, "job.log_hash", job_id=rec.job_id, start=0, end=size)
             ref["sha256"] = h.get("sha256")
         except (AgentError, ConnectionLost) as exc:
             ref["sha256"] = None
@@ -102,8 +107,8 @@ class OutcomeMixin(EngineCore):
     async def _artifacts(self, step: Step) -> list[dict[str, Any]]:
         out = []
         for path in step.artifacts:
-            res = await self.call(
-                self.host_of(step),
+            res = await self.hosts.call(
+                self.hosts.host_of(step),
                 "probe",
                 check={"check": "sha256", "path": path, "any_of": ["0" * 64]},
             )

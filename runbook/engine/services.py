@@ -4,56 +4,66 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from runbook.agent_client import AgentError
-from runbook.engine.core import EngineCore
-from runbook.engine.launchguards import GuardsChanged
-from runbook.events import (
-    FAILED,
-    SUCCEEDED,
-    GuardsEvaluated,
-    Notice,
-    ProgressUpdate,
-)
-from runbook.job_fate import FateUnknown
+from runbook.engine.guards import Guards
+from runbook.engine.hosts import Hosts
+from runbook.engine.jobs import Jobs
+from runbook.engine.logmirror import LogFollower
+from runbook.engine.outcome import Outcome
+from runbook.engine.record import RunRecord
+from runbook.events import FAILED, SUCCEEDED, Event, GuardsEvaluated, Notice, ProgressUpdate
 from runbook.schema import Step
 from runbook.state import StepRecord
 from runbook.transports import TransportError
 
+Attempt = Callable[[Step, StepRecord], Awaitable[str]]
 
-class ServiceMixin(EngineCore):
+
+class Services:
     """Long-running jobs that succeed once ready, and the steps that stop them."""
 
-    async def _serve(self, step: Step, rec: StepRecord, reattach: bool) -> str:
+    def __init__(
+        self,
+        record: RunRecord,
+        hosts: Hosts,
+        guards: Guards,
+        jobs: Jobs,
+        follower: LogFollower,
+        outcome: Outcome,
+        emit: Callable[[Event], None],
+    ) -> None:
+        self.record, self.hosts, self.guards, self.emit = record, hosts, guards, emit
+        self.jobs, self.follower, self.outcome = jobs, follower, outcome
+
+    async def serve(self, step: Step, rec: StepRecord, reattach: bool) -> str:
         """A service: mirror its log while polling `ready`; succeed (job still running) once it
         holds; fail if the job exits first or is not ready in time (then stop it)."""
         assert step.service is not None
-        svc, host = step.service, rec.host or self.host_of(step)
-        try:
-            await self._ensure_started(step, rec, host, reattach)
-        except GuardsChanged as exc:
-            return self.block_changed(step, rec, exc)
-        except (AgentError, TransportError, FateUnknown) as exc:
-            return self._unreachable(step, rec, host, exc)
-        follower = asyncio.ensure_future(self._follow(step, rec, host))
+        svc, host = step.service, rec.host or self.hosts.host_of(step)
+        status = await self.jobs.started(step, rec, host, reattach)
+        if status is not None:
+            return status
+        following = asyncio.ensure_future(self.follower.follow(step, rec, host))
         started = time.monotonic()
         try:
             while True:
-                if follower.done():
-                    end = follower.result()
-                    return await self._finish_ok_or_post(
+                if following.done():
+                    end = following.result()
+                    return await self.outcome.finish(
                         step, rec, rec.started_at or time.time(), end, service_exited=True
                     )
-                res = await self.call(host, "probe", check=svc.ready.probe())
+                res = await self.hosts.call(host, "probe", check=svc.ready.probe())
                 if res.get("ok"):
                     break
                 waited = time.monotonic() - started
                 if waited > svc.timeout:
-                    await self.call(host, "job.cancel", job_id=rec.job_id, grace_s=30)
-                    end = await follower
+                    await self.hosts.call(host, "job.cancel", job_id=rec.job_id, grace_s=30)
+                    end = await following
                     rec.ended_at = time.time()
-                    self._set(
+                    self.record.set(
                         step.id,
                         FAILED,
                         "not_ready",
@@ -73,14 +83,14 @@ class ServiceMixin(EngineCore):
                         },
                     )
                 )
-                await asyncio.wait([follower], timeout=svc.interval)
+                await asyncio.wait([following], timeout=svc.interval)
         except (AgentError, TransportError) as exc:
-            return self._unreachable(step, rec, host, exc)
+            return self.jobs.unreachable(step, rec, host, exc)
         finally:
-            if not follower.done():
-                follower.cancel()  # stop mirroring; the service keeps running on the box
+            if not following.done():
+                following.cancel()  # stop mirroring; the service keeps running on the box
                 try:
-                    await follower
+                    await following
                 except (asyncio.CancelledError, Exception):
                     pass
         rec.ended_at = time.time()
@@ -92,10 +102,10 @@ class ServiceMixin(EngineCore):
             "duration_s": round(rec.ended_at - (rec.started_at or rec.ended_at), 3),
         }
         if step.postconditions:
-            post = await self.evaluate(step, step.postconditions, "post")
+            post = await self.guards.evaluate(step, step.postconditions, "post")
             fields["postconditions"] = post
             if not all(r["ok"] for r in post):
-                self._set(
+                self.record.set(
                     step.id,
                     FAILED,
                     "postcondition_failed",
@@ -104,32 +114,34 @@ class ServiceMixin(EngineCore):
                     fields,
                 )
                 return FAILED
-        self._set(
+        self.record.set(
             step.id, SUCCEEDED, "service_ready", f"ready; job {rec.job_id} keeps running", fields
         )
         return SUCCEEDED
 
-    async def revive_services(self, step: Step, rec: StepRecord) -> str | None:
+    async def revive(self, step: Step, rec: StepRecord, attempt: Attempt) -> str | None:
         """Before an attempt of `step`: every service it `uses:` is running, or is restarted
         (at most `service.restarts` times per run, each audited as service.restarted) and
         ready again. Only a job that provably exited is restarted (a `lost` one only when its
         step is idempotent). None when all run; else the status the step ends with (FAILED:
-        lost, no restarts left, or the restart did not get ready)."""
-        assert self.state and self.audit
+        lost, no restarts left, or the restart did not get ready). `attempt` runs the
+        service's step once more (runbook/engine/steps.py)."""
+        run, audit = self.record.state, self.record.audit
+        assert run and audit
         for sid in step.uses:
-            svc_step, srec = self.rb.step(sid), self.state.steps[sid]
+            svc_step, srec = self.record.rb.step(sid), run.steps[sid]
             assert svc_step.service is not None  # the loader allows services only
             if srec.status != SUCCEEDED or not srec.job_id:
                 continue  # not started (requires holds the step back) or stopped by a step
-            host = srec.host or self.host_of(svc_step)
+            host = srec.host or self.hosts.host_of(svc_step)
             try:
-                info = await self.call(host, "job.status", job_id=srec.job_id)
+                info = await self.hosts.call(host, "job.status", job_id=srec.job_id)
             except AgentError as exc:
                 if exc.type != "not_found":
-                    return self._unreachable(step, rec, host, exc)
+                    return self.jobs.unreachable(step, rec, host, exc)
                 info = {"state": "vanished"}
             except TransportError as exc:
-                return self._unreachable(step, rec, host, exc)
+                return self.jobs.unreachable(step, rec, host, exc)
             state = info.get("state")
             if state == "running":
                 continue
@@ -139,7 +151,7 @@ class ServiceMixin(EngineCore):
                 # fate unknown (it may still run, holding GPUs and the port): never launched
                 # twice without the operator, as for any `lost` job (docs/SAFETY.md)
                 rec.ended_at = time.time()
-                self._set(
+                self.record.set(
                     step.id,
                     FAILED,
                     "service_lost",
@@ -150,7 +162,7 @@ class ServiceMixin(EngineCore):
                 return FAILED
             if srec.restarts >= limit:
                 rec.ended_at = time.time()
-                self._set(
+                self.record.set(
                     step.id,
                     FAILED,
                     "service_died",
@@ -160,7 +172,7 @@ class ServiceMixin(EngineCore):
                 )
                 return FAILED
             srec.restarts += 1
-            self.audit.append(
+            audit.append(
                 "service.restarted",
                 step=sid,
                 died_job_id=died,
@@ -177,10 +189,10 @@ class ServiceMixin(EngineCore):
                     f"so {step.id} can go on",
                 )
             )
-            status = await self._attempt(svc_step, srec)
+            status = await attempt(svc_step, srec)
             if status != SUCCEEDED:
                 rec.ended_at = time.time()
-                self._set(
+                self.record.set(
                     step.id,
                     FAILED,
                     "service_restart_failed",
@@ -190,35 +202,39 @@ class ServiceMixin(EngineCore):
                 return FAILED
         return None
 
-    async def _stop_service(self, step: Step, rec: StepRecord) -> str:
-        assert self.state and step.stop is not None
-        target = self.rb.step(step.stop)
-        trec = self.state.steps[step.stop]
-        host = trec.host or self.host_of(target)
+    async def stop(self, step: Step, rec: StepRecord) -> str:
+        """A `stop:` step: cancel the service's job and wait until it is gone."""
+        state = self.record.state
+        assert state and step.stop is not None
+        target = self.record.rb.step(step.stop)
+        trec = state.steps[step.stop]
+        host = trec.host or self.hosts.host_of(target)
         start = time.time()
         if not trec.job_id:
             rec.ended_at = time.time()
-            self._set(step.id, SUCCEEDED, "not_running", f"{step.stop} never started a job")
+            self.record.set(step.id, SUCCEEDED, "not_running", f"{step.stop} never started a job")
             return SUCCEEDED
         try:
-            info = await self.call(host, "job.status", job_id=trec.job_id)
+            info = await self.hosts.call(host, "job.status", job_id=trec.job_id)
             if info.get("state") == "running":
-                assert self.audit
-                self.audit.append(
+                assert self.record.audit
+                self.record.audit.append(
                     "step.cancel_requested", step=step.stop, job_id=trec.job_id, by_step=step.id
                 )
-                info = await self.call(host, "job.cancel", job_id=trec.job_id, grace_s=30)
+                info = await self.hosts.call(host, "job.cancel", job_id=trec.job_id, grace_s=30)
                 deadline = time.monotonic() + 120
                 while info.get("state") == "running" and time.monotonic() < deadline:
                     await asyncio.sleep(0.5)
-                    info = await self.call(host, "job.status", job_id=trec.job_id)
+                    info = await self.hosts.call(host, "job.status", job_id=trec.job_id)
         except (AgentError, TransportError) as exc:
-            return self._unreachable(step, rec, host, exc)
+            return self.jobs.unreachable(step, rec, host, exc)
         rec.ended_at = time.time()
         if info.get("state") == "running":
-            self._set(step.id, FAILED, "stop_failed", f"{trec.job_id} still running after cancel")
+            self.record.set(
+                step.id, FAILED, "stop_failed", f"{trec.job_id} still running after cancel"
+            )
             return FAILED
-        self._set(
+        self.record.set(
             step.id,
             SUCCEEDED,
             "service_stopped",

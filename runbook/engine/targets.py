@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from runbook.engine.core import EngineCore
 from runbook.schema import Step
 
 # checks whose passing means "this file is a verified artifact": a delete must not contain it
@@ -52,21 +51,21 @@ def verified_paths(check: Any, res: dict[str, Any]) -> list[str]:
     return out
 
 
-class TargetsMixin(EngineCore):
-    def pre_checks(self, step: Step) -> list[Any]:
-        """The step's guards in evaluation order: those that verify artifacts (so the targets
-        know what to protect), one delete_target per `delete:` path, then the rest (so a
-        refused target is not walked by a dir_size guard)."""
-        targets = [DeleteTarget(p, step.delete_within, self._verified) for p in step.delete]
-        if not targets:
-            return list(step.preconditions)
-        first = [c for c in step.preconditions if c.check in VERIFYING | {"step_succeeded"}]
-        rest = [c for c in step.preconditions if c not in first]
-        return [*first, *targets, *rest]
+def pre_checks(step: Step, verified: set[str]) -> list[Any]:
+    """The step's guards in evaluation order: those that verify artifacts (so the targets know
+    what to protect), one delete_target per `delete:` path, then the rest (so a refused target
+    is not walked by a dir_size guard). `verified` is the live set the targets protect."""
+    targets = [DeleteTarget(p, step.delete_within, verified) for p in step.delete]
+    if not targets:
+        return list(step.preconditions)
+    first = [c for c in step.preconditions if c.check in VERIFYING | {"step_succeeded"}]
+    rest = [c for c in step.preconditions if c not in first]
+    return [*first, *targets, *rest]
 
-    def delete_request(self, step: Step) -> dict[str, Any]:
-        """`job.start`'s args.delete: the targets and what they must not contain."""
-        return {
-            "targets": [{"path": p, "root": step.delete_within} for p in step.delete],
-            "protected": sorted(self._verified),
-        }
+
+def delete_request(step: Step, verified: set[str]) -> dict[str, Any]:
+    """`job.start`'s args.delete: the targets and what they must not contain."""
+    return {
+        "targets": [{"path": p, "root": step.delete_within} for p in step.delete],
+        "protected": sorted(verified),
+    }

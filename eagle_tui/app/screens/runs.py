@@ -15,7 +15,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label
 
-from eagle_tui.present.runs import run_status  # one wording, shared with `eagle-tui runs`
+from runbook import runs
 from runbook.events import RUNNING
 from runbook.state import RunState
 
@@ -51,7 +51,7 @@ class RunPickerScreen(ModalScreen[str | None]):
                 table.add_row(
                     Text(run.run_id + mark),
                     Text(started.strftime("%Y-%m-%d %H:%M")),
-                    Text(run_status(run)),
+                    Text(runs.status(run)),  # the wording of `eagle-tui runs`
                     Text(", ".join(live), style="yellow"),
                     key=run.run_id,
                 )
