@@ -193,12 +193,17 @@ class Engine:
         return await self.hosts.push_head(state.run_id, audit.head, clean)
 
     async def close(self) -> None:
-        """Leave every job running; just let go of the connections and the run lock."""
+        """Leave every job running; just let go of the connections and the run lock. A cancel
+        that lands in the head push still closes the sessions and releases the lock."""
         self.hosts.stop_stats()
         self.record.note_closed()
-        await self._push_head(clean=True)
-        await self.hosts.close()
-        self.record.release()
+        try:
+            await self._push_head(clean=True)
+        finally:
+            try:
+                await self.hosts.close()
+            finally:
+                self.record.release()
 
     # ------------------------------------------------------------------ running
     async def run_all(

@@ -46,3 +46,43 @@ def test_no_dict_writes_in_runbook_and_no_type_checking_stubs_in_the_engine():
             assert not (isinstance(node, ast.Attribute) and node.attr == "__dict__"), where
             if in_engine:
                 assert not (isinstance(node, ast.Name) and node.id == "TYPE_CHECKING"), where
+
+
+def test_a_close_cancelled_in_its_head_push_still_closes_and_unlocks(tmp_path, monkeypatch):
+    """A cancel landing in close()'s audit-head push (the cockpit's quit worker cut short) must
+    still close the host sessions (no agent left running) and release the run's lock (the next
+    driver opens the run)."""
+    import asyncio
+
+    from runbook.loader import load_runbook
+    from runbook.transports.factory import make_transport_factory
+    from tests.support.leaks import recording_agents, running
+
+    rb = tmp_path / "rb.yaml"
+    rb.write_text('name: closing\ndescription: d\nsteps:\n  - {id: a, title: A, run: "true"}\n')
+    state = tmp_path / "state"
+    agents = recording_agents(monkeypatch)
+
+    async def main() -> None:
+        engine = Engine(
+            load_runbook(rb, state_dir=state), state, make_transport_factory(state), None
+        )
+        await engine.open("closing-run")
+        stuck = asyncio.Event()
+
+        async def push_never_ends(*_a, **_k) -> None:
+            await stuck.wait()
+
+        monkeypatch.setattr(engine, "_push_head", push_never_ends)
+        closing = asyncio.ensure_future(engine.close())
+        await asyncio.sleep(0.2)
+        closing.cancel()
+        await asyncio.gather(closing, return_exceptions=True)
+        assert agents and not running(agents), "the close left the agent running"
+        again = Engine(
+            load_runbook(rb, state_dir=state), state, make_transport_factory(state), None
+        )
+        await again.open("closing-run")  # refused while the first still held the lock
+        await again.close()
+
+    asyncio.run(main())
