@@ -16,20 +16,85 @@ another attempt, a mirror edited by hand) falls back to the state file's cursor,
 mirror back to it, as before. `shown` is rewritten after the chunk's event returned (the console draws synchronously, one
 write per chunk): mirrored bytes past it are drawn first on resume, from the mirror. Secrets are redacted before the append, so mirror sizes and
 remote offsets differ: that is why the cursor records both.
+
+When each chunk arrived is kept beside the mirror in `<mirror>.times`, one `END EPOCH` line per
+append (END: the mirror's size after it). A line of the log arrived with the first chunk that
+ends past its start: the full-log viewer shows that time per line. The file is derived, never
+trusted for anything but display: entries past a resume point are dropped when the mirror is cut
+back, and a torn last entry is ignored.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
+import time
 from pathlib import Path
 
 CURSOR_SUFFIX = ".cursor"
+TIMES_SUFFIX = ".times"
 RECORD = 256  # bytes: the cursor is rewritten in place, always whole
 
 
 def cursor_path(mirror: Path) -> Path:
     return mirror.with_name(mirror.name + CURSOR_SUFFIX)
+
+
+def times_path(mirror: Path) -> Path:
+    return mirror.with_name(mirror.name + TIMES_SUFFIX)
+
+
+class ChunkTimes:
+    """When the bytes of a mirror arrived: `at(offset)` is the arrival time (epoch seconds) of
+    the chunk holding that byte, None where nothing was recorded (a mirror from before times
+    were kept, or an entry lost to a kill)."""
+
+    def __init__(self, ends: list[int], times: list[float]) -> None:
+        self.ends, self.times = ends, times
+
+    @classmethod
+    def read(cls, mirror: Path, limit: int | None = None) -> ChunkTimes:
+        ends: list[int] = []
+        times: list[float] = []
+        try:
+            raw = times_path(mirror).read_bytes()
+        except OSError:
+            return cls(ends, times)
+        for line in raw.split(b"\n")[:-1]:  # the last piece is b"" or a torn entry
+            try:
+                end_s, at_s = line.split()
+                end, at = int(end_s), float(at_s)
+            except ValueError:
+                continue
+            if ends and end <= ends[-1]:
+                continue  # out of order: not ours to guess
+            if limit is not None and end > limit:
+                break
+            ends.append(end)
+            times.append(at)
+        return cls(ends, times)
+
+    def at(self, offset: int) -> float | None:
+        i = bisect.bisect_right(self.ends, offset)
+        return self.times[i] if i < len(self.times) else None
+
+
+def _trim_times(mirror: Path, size: int) -> None:
+    """Drop entries for bytes past `size` (the mirror was cut back to it on resume)."""
+    path = times_path(mirror)
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return
+    keep: list[bytes] = []
+    for line in raw.split(b"\n")[:-1]:
+        parts = line.split()
+        if len(parts) == 2 and parts[0].isdigit() and int(parts[0]) <= size:
+            keep.append(line + b"\n")
+    trimmed = b"".join(keep)
+    if trimmed != raw:
+        path.write_bytes(trimmed)
 
 
 def _read_cursor(mirror: Path) -> tuple[tuple[int, int], tuple[int, int], int] | None:
@@ -86,6 +151,8 @@ class LogMirror:
         # Bytes past the resume point were never shown (or are torn): they come again.
         with open(path, "ab") as f:
             f.truncate(self.size)
+        _trim_times(path, self.size)
+        self._times = os.open(times_path(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
     def unshown(self) -> bytes:
         """Mirrored bytes the console never finished showing (the client died while it drew
@@ -103,6 +170,7 @@ class LogMirror:
         with open(self.path, "ab") as f:
             f.write(data)
         self.remote, self.size = remote_end, after
+        os.write(self._times, f"{after} {time.time():.3f}\n".encode())  # one write: whole or none
 
     def mark_shown(self) -> None:
         """The console has drawn everything appended so far (called after the chunk's event)."""
@@ -115,3 +183,4 @@ class LogMirror:
 
     def close(self) -> None:
         os.close(self._fd)
+        os.close(self._times)

@@ -171,3 +171,33 @@ def test_resume_point_from_the_mirror_cursor(tmp_path, landed):
     assert resume_point(path, 0, 0) == (10, 10)
     again = LogMirror(path, 0, 0)
     assert path.read_bytes() == b"0123456789" and (again.remote, again.size) == (10, 10)
+
+
+def test_arrival_times_follow_the_mirror_through_a_cut_back(tmp_path):
+    """The `.times` sidecar says when each mirrored byte arrived; a resume that cuts the mirror
+    back drops the entries past the cut, a torn last entry is ignored, and the bytes fetched
+    again get their new arrival time (never a time from the lost attempt)."""
+    from runbook.mirror import ChunkTimes, LogMirror, cursor_path, times_path
+
+    path = tmp_path / "m.log"
+    m = LogMirror(path, 0, 0)
+    m.append(4, b"one\n")
+    m.append(8, b"two\n")
+    m.close()
+    first = ChunkTimes.read(path)
+    assert first.ends == [4, 8] and first.at(0) == first.times[0] and first.at(5) == first.times[1]
+    assert first.at(8) is None  # no byte there yet
+    # a kill mid-append of a third chunk: the cursor says before=(8, 8), the mirror holds 2 bytes
+    cursor_path(path).write_text('{"before": [8, 8], "after": [14, 14], "shown": 8}')
+    with open(path, "ab") as f:
+        f.write(b"th")
+    with open(times_path(path), "ab") as f:
+        f.write(b"14 9999999999")  # torn: no newline
+    assert ChunkTimes.read(path).ends == [4, 8]
+    again = LogMirror(path, 0, 0)
+    assert again.size == 8 and times_path(path).read_bytes().count(b"\n") == 2
+    again.append(14, b"three\n")
+    again.close()
+    after = ChunkTimes.read(path)
+    assert after.ends == [4, 8, 14] and after.times[:2] == first.times
+    assert after.times[2] >= first.times[1] and after.times[2] < 9999999999

@@ -3,6 +3,8 @@ line on screen, n / N go to the next / previous hit, Esc leaves the search box, 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from eagle_tui.app.screens.main import MainScreen
 from eagle_tui.app.widgets.logs.full_log import FullLogScreen
 
@@ -71,7 +73,7 @@ async def test_full_log_counts_hits_and_renders_machine_lines(env):
         await wait_for(pilot, lambda: isinstance(app.screen, FullLogScreen), what="the viewer")
         screen = app.screen
         await wait_for(pilot, lambda: screen.index.line_count == len(lines), what="the index")
-        shown = [screen.view._line(i) for i in range(len(lines))]
+        shown = [screen.view._line(i)[1] for i in range(len(lines))]
         assert not any(x.startswith("@@eagle3") for x in shown)
         assert any(x.startswith("▸ train · ") for x in shown), shown[:12]
         await pilot.press("slash", *"of 30", "enter")
@@ -79,3 +81,46 @@ async def test_full_log_counts_hits_and_renders_machine_lines(env):
         await wait_for(pilot, lambda: "'of 30': hit 1 of 30" in str(title.render()), what="count")
         await pilot.press("n")
         await wait_for(pilot, lambda: "'of 30': hit 2 of 30" in str(title.render()), what="n")
+
+
+async def test_full_log_shows_when_each_line_arrived(env):
+    """Issue 28: logs had no timestamps. `t` in the full log adds a column with the arrival time
+    of the chunk that brought each line (the mirror's `.times` sidecar); `t` again hides it."""
+    import time as _time
+
+    from eagle_tui.app.widgets.logs.full_log import arrival
+    from runbook.mirror import ChunkTimes
+
+    env.extra_sets += ["gate_at=0"]
+    app = env.app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await opened(pilot)
+        t0 = _time.time()
+        app.main.select("long")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: status(app, "long") == "succeeded", timeout=60, what="long")
+        t1 = _time.time()
+        log = app.record("long").log_file
+        times = ChunkTimes.read(Path(log))
+        size = Path(log).stat().st_size
+        assert times.ends and times.ends[-1] == size  # every byte has its chunk's time
+        assert times.ends == sorted(set(times.ends))
+        assert all(t0 - 1 <= t <= t1 + 1 for t in times.times)
+        await pilot.press("l")
+        await wait_for(pilot, lambda: isinstance(app.screen, FullLogScreen), what="the viewer")
+        screen = app.screen
+        n = len(open(log).read().splitlines())
+        await wait_for(pilot, lambda: screen.index.line_count == n, what="the index")
+        plain = screen.view.render_line(0).text
+        await pilot.press("t")
+        await pilot.pause()
+        title = str(screen.query_one("#full-log-title").render())
+        assert "· times" in title
+        for y in range(min(n, 10)):
+            offset, _ = screen.view._line(y)
+            want = arrival(times.at(offset))
+            assert want in screen.view.render_line(y).text, (y, want)
+        assert arrival(times.at(0)) not in plain
+        await pilot.press("t")
+        await pilot.pause()
+        assert screen.view.render_line(0).text == plain

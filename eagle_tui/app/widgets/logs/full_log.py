@@ -5,6 +5,7 @@ in a thread and grows while the job writes (follow mode). Memory does not depend
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -23,12 +24,21 @@ from textual.widgets import Footer, Input, Static
 
 from eagle_tui.app.widgets.logs.line_index import LineIndex, ScanResult
 from eagle_tui.app.widgets.logs.readable import readable
+from runbook.mirror import ChunkTimes
 from runbook.units import format_size
 
 CACHE_LINES = 4000
 SCAN_CHUNK = 256 << 20  # bytes indexed per thread round; the title shows progress in between
 SEARCH_PAGE = 5000  # lines read per round of a search
 MAX_HITS = 100_000  # a search counts its hits up to this many (the title says "N+")
+
+
+TIME_WIDTH = 9  # "HH:MM:SS "
+
+
+def arrival(at: float) -> str:
+    """When a line reached this machine, in the operator's local time."""
+    return time.strftime("%H:%M:%S", time.localtime(at))
 
 
 class LogLines(ScrollView, can_focus=True):
@@ -43,10 +53,11 @@ class LogLines(ScrollView, can_focus=True):
     def __init__(self, index: LineIndex, **kwargs) -> None:
         super().__init__(**kwargs)
         self.index = index
-        self._cache: OrderedDict[int, str] = OrderedDict()
+        self._cache: OrderedDict[int, tuple[int, str]] = OrderedDict()  # line -> (offset, text)
         self._max_width = 0
         self.follow = False
         self.match: int | None = None  # the search hit shown highlighted
+        self.times: ChunkTimes | None = None  # shown as a column when set (t)
 
     class Scrolled(Message):
         """The viewport moved (the title shows which lines are on screen)."""
@@ -65,25 +76,25 @@ class LogLines(ScrollView, can_focus=True):
         self.refresh()
 
     def _gutter(self) -> int:
-        return len(str(max(self.index.line_count, 1))) + 2
+        return len(str(max(self.index.line_count, 1))) + 2 + (TIME_WIDTH if self.times else 0)
 
-    def _line(self, n: int) -> str:
-        text = self._cache.get(n)
-        if text is not None:
+    def _line(self, n: int) -> tuple[int, str]:
+        hit = self._cache.get(n)
+        if hit is not None:
             self._cache.move_to_end(n)
-            return text
+            return hit
         page = max(self.size.height, 50)
         widest = self._max_width
-        for i, line in enumerate(self.index.read_lines(n, page)):
+        for i, (offset, line) in enumerate(self.index.read_lines_at(n, page)):
             line = readable(line)  # `@@eagle3 {...}` as the live pane shows it, not raw JSON
-            self._cache[n + i] = line
+            self._cache[n + i] = (offset, line)
             widest = max(widest, len(line))
         if widest > self._max_width:  # lets the operator scroll right to the longest line seen
             self._max_width = widest
             self.call_later(self.reindexed)
         while len(self._cache) > CACHE_LINES:
             self._cache.popitem(last=False)
-        return self._cache.get(n, "")
+        return self._cache.get(n, (-1, ""))
 
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
@@ -92,11 +103,16 @@ class LogLines(ScrollView, can_focus=True):
         if n >= self.index.line_count:
             return Strip.blank(width)
         gutter = self._gutter()
-        text = self._line(n)
+        offset, text = self._line(n)
         # the last line may still be growing: never serve it from the cache
         if n == self.index.line_count - 1:
             self._cache.pop(n, None)
-        number = Segment(f"{n + 1:>{gutter - 2}}  ", Style(dim=True))
+        stamp = ""
+        if self.times is not None:
+            at = self.times.at(offset) if offset >= 0 else None
+            stamp = (arrival(at) if at is not None else "").ljust(TIME_WIDTH)
+        width_no = gutter - 2 - (TIME_WIDTH if self.times else 0)
+        number = Segment(f"{n + 1:>{width_no}}  {stamp}", Style(dim=True))
         style = Style(reverse=True) if n == self.match else None
         body = Strip([Segment(text, style)]).crop_extend(
             scroll_x, scroll_x + max(0, width - gutter), style
@@ -121,6 +137,7 @@ class FullLogScreen(Screen[None]):
         Binding("slash", "search", "Search", id="full-log-search"),
         Binding("n", "find(1)", "Next", id="full-log-next"),
         Binding("N", "find(-1)", "Previous", id="full-log-previous"),
+        Binding("t", "toggle_times", "Times", id="full-log-times"),
     ]
 
     def __init__(
@@ -153,6 +170,8 @@ class FullLogScreen(Screen[None]):
         first = min(top + 1, n) if n else 0
         last = min(top + self.view.scrollable_content_region.height, n)
         follow = " · following" if self.view.follow else ""
+        if self.view.times is not None:
+            follow += " · times" if self.view.times.ends else " · no arrival times recorded"
         found = ""
         if self.needle and self.hits is not None:
             at = self.view.match
@@ -176,16 +195,23 @@ class FullLogScreen(Screen[None]):
     @work(thread=True, group="log-index", exit_on_error=False)
     def _scan(self) -> None:
         res: ScanResult | None = None
+        times: ChunkTimes | None = None
         try:
-            res = self.index.scan(self.limit(), max_bytes=SCAN_CHUNK)
+            limit = self.limit()
+            res = self.index.scan(limit, max_bytes=SCAN_CHUNK)
+            if self.view.times is not None:
+                times = ChunkTimes.read(self.path, limit)
         finally:
             try:
-                self.app.call_from_thread(self._scanned, res)
+                self.app.call_from_thread(self._scanned, res, times)
             except RuntimeError:  # the app is shutting down
                 pass
 
-    def _scanned(self, res: ScanResult | None) -> None:
+    def _scanned(self, res: ScanResult | None, times: ChunkTimes | None = None) -> None:
         self._scanning = False
+        if times is not None and self.view.times is not None:
+            self.view.times = times
+            self.view.refresh()
         if res is not None and self.index.apply(res):
             self.view.reindexed(res.reset)
             if res.reset or res.end - res.start >= SCAN_CHUNK:
@@ -267,6 +293,12 @@ class FullLogScreen(Screen[None]):
 
     def _found(self, n: int) -> None:
         self.view.show_match(n)
+        self.query_one("#full-log-title", Static).update(self._title())
+
+    def action_toggle_times(self) -> None:
+        """A column with when each line arrived (the time of the chunk that brought it)."""
+        self.view.times = None if self.view.times else ChunkTimes.read(self.path, self.limit())
+        self.view.reindexed()
         self.query_one("#full-log-title", Static).update(self._title())
 
     def action_toggle_follow(self) -> None:

@@ -117,6 +117,10 @@ class LineIndex:
 
     def read_lines(self, start: int, count: int) -> list[str]:
         """Lines [start, start+count) as text (newline stripped, undecodable bytes replaced)."""
+        return [text for _, text in self.read_lines_at(start, count)]
+
+    def read_lines_at(self, start: int, count: int) -> list[tuple[int, str]]:
+        """Lines [start, start+count) as (byte offset of the line's start, text)."""
         start = max(0, start)
         end = min(self.line_count, start + count)
         if end <= start:
@@ -124,10 +128,11 @@ class LineIndex:
         i = bisect.bisect_right(self._lines, start) - 1
         line_no, offset = self._lines[i], self._offsets[i]
         scanned = self.scanned
-        out: list[str] = []
+        out: list[tuple[int, str]] = []
         with open(self.path, "rb") as f:
             f.seek(offset)
             pending = b""
+            at = offset  # where `pending` starts
             remaining = scanned - offset
             while remaining > 0 and line_no < end:
                 data = f.read(min(self.block, remaining))
@@ -138,12 +143,13 @@ class LineIndex:
                 pending = parts.pop()
                 for raw in parts:
                     if line_no >= start:
-                        out.append(_text(raw))
+                        out.append((at, _text(raw)))
+                    at += len(raw) + 1
                     line_no += 1
                     if line_no >= end:
                         break
             if line_no < end and pending:
-                out.append(_text(pending))
+                out.append((at, _text(pending)))
         return out
 
 
