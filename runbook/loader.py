@@ -287,16 +287,26 @@ def _allowed_keys(body: Any, path: tuple[str | int, ...]) -> list[str]:
     return [k for k in model.model_fields if k not in hidden]
 
 
-def _friendly(err: ErrorDetails, body: Any = None, path: tuple[str | int, ...] = ()) -> str:
+def _friendly(
+    err: ErrorDetails,
+    body: Any = None,
+    path: tuple[str | int, ...] = (),
+    allowed: list[str] | None = None,
+) -> str:
+    """`allowed`: the keys of the mapping that holds the unknown key, where `path` is not a path
+    in the runbook's body (a variable's declaration)."""
     kind, msg = err["type"], err["msg"]
     ctx = err.get("ctx") or {}
     if kind == "extra_forbidden":
         import difflib
 
-        allowed = _allowed_keys(body, path)
-        key = path[-1] if path else "?"
+        if allowed is None:
+            allowed = _allowed_keys(body, path)
+        key = path[-1] if path else err["loc"][-1] if err["loc"] else "?"
         close = difflib.get_close_matches(str(key), allowed, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
+        if key == "secret" and "secret" not in allowed:
+            hint = "; a secret is declared in the runbook's `secrets:` (name: {env: ENV_VAR})"
         listing = f" (allowed here: {', '.join(allowed)})" if allowed else ""
         return f"unknown key {key!r}{hint}{listing}"
     if kind == "missing":
@@ -452,7 +462,8 @@ def _declarations(
                 for err in exc.errors():
                     sub, _ = _data_path(value, err["loc"])
                     path = ("vars", name, *sub)
-                    problems.add(path, _friendly(err), key=err["type"] == "extra_forbidden")
+                    text = _friendly(err, value, sub, allowed=list(VarDecl.model_fields))
+                    problems.add(path, text, key=err["type"] == "extra_forbidden")
         elif not isinstance(value, (str, int, float, bool)):
             problems.add(
                 ("vars", name),

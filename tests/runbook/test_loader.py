@@ -242,3 +242,19 @@ def test_a_delete_step_needs_destructive():
         text.replace("    destructive: true\n", "").replace("    confirm: wipe?\n", "")
     )
     assert any("must be `destructive: true`" in p for p in found), found
+
+
+def test_unknown_key_in_a_variable_declaration_names_the_key_and_its_mapping():
+    """It said `unknown key '?'` and listed the runbook's top-level keys."""
+    text = BASE.replace(
+        "vars:\n", "vars:\n  tok:\n    value: x\n    type: text\n    secret: true\n", 1
+    )
+    assert "vars:\n  tok:" in text
+    (msg,) = problems(text)
+    assert ".tok.secret: unknown key 'secret'" in msg, msg
+    assert "`secrets:`" in msg and "allowed here: type, value, choices" in msg, msg
+    text = BASE.replace(
+        "vars:\n", "vars:\n  m:\n    value: 3\n    type: integer\n    vlaue: 4\n", 1
+    )
+    (msg,) = problems(text)
+    assert "unknown key 'vlaue'; did you mean 'value'?" in msg, msg
