@@ -66,12 +66,12 @@ class RunbookSource:
 
 # ---------------------------------------------------------------------- finding
 def find(state_dir: Path, ref: str | None) -> RunState:
-    """The run `ref` names among every runbook's (an id or a unique prefix; None: the latest);
-    LookupError says why none."""
+    """The run `ref` names among every runbook's (an id, a unique prefix, or `latest`; None: the
+    latest, as with `--run latest`); LookupError says why none."""
     runs = list_runs(state_dir)
     if not runs:
         raise LookupError(f"no runs in {state_dir}")
-    if ref is None:
+    if ref is None or (ref == LATEST and not any(r.run_id.startswith(LATEST) for r in runs)):
         return runs[-1]
     matches = [r for r in runs if r.run_id == ref] or [r for r in runs if r.run_id.startswith(ref)]
     if len(matches) != 1:

@@ -119,3 +119,13 @@ def test_run_named_headless_opens_that_run_not_the_latest_unfinished(cli):
     after = {r.run_id: r for r in list_runs(cli.state, "two")}
     assert after[old].finished and after[old].steps["b"].status == "succeeded"
     assert not after[new].finished and after[new].steps["b"].status == "pending"
+
+
+def test_latest_names_the_latest_run_where_a_run_is_looked_up(source):
+    """`eagle-tui audit export latest` / `status latest` said "no runs match 'latest'" though
+    `run --run latest` takes it."""
+    state = source.state_dir
+    make_run(state, "20260101T000000Z-two-aaaa")
+    make_run(state, "20260101T000001Z-other-cccc", name="other", finished=True)
+    assert find(state, "latest").run_id == "20260101T000001Z-other-cccc"
+    assert find(state, None).run_id == "20260101T000001Z-other-cccc"
