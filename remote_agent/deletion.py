@@ -2,7 +2,7 @@
 
 `measure` is the `delete_target` probe (what the operator confirms: kind, identity, bytes,
 counts). `python -m remote_agent delete JOBDIR` is the job the agent launches for a delete
-step (remote_agent/jobs.py): it resolves each target again (remote_agent/targets.py), refuses
+step (remote_agent/jobs.py): it resolves each target again (remote_agent/wire/targets.py), refuses
 the whole delete when any target's identity (device, inode, kind) differs from what was
 measured, and removes each one itself: no shell, no globbing. The walk holds directory fds;
 every directory is opened with O_NOFOLLOW relative to its parent's fd and must be the inode
@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from remote_agent.progress import format_record
-from remote_agent.protocol import AgentError
-from remote_agent.targets import Refused, Resolved, check_path, mount_points, resolve
+from remote_agent.wire.progress import format_record
+from remote_agent.wire.protocol import AgentError
+from remote_agent.wire.targets import Refused, Resolved, check_path, mount_points, resolve
 
 SPEC = "delete.json"
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -14,7 +14,7 @@ then the (live) supervisor writes the record.
 
 Secrets: when the job was given secret values (SECRETS_FD >= 0: a pipe carrying a JSON list,
 read once, never on disk or argv), the command's stdout/stderr is a pipe to the leader, which
-redacts it as a stream (remote_agent/redact.py, across write boundaries) before the bytes reach
+redacts it as a stream (remote_agent/wire/redact.py, across write boundaries) before the bytes reach
 the spool's log (the leader's own stdout). The log is whole before the exit record is written,
 so `log_size` and the client's byte offsets refer to the redacted log. Without secrets the
 command writes the log itself, as before.
@@ -41,10 +41,10 @@ import sys
 import time
 from pathlib import Path
 
-from remote_agent.atomic_write import write_atomic
 from remote_agent.procs import start_time
-from remote_agent.redact import StreamRedactor
 from remote_agent.spool import PGID, write_record
+from remote_agent.wire.atomic_write import write_atomic
+from remote_agent.wire.redact import StreamRedactor
 
 CANNOT_START = 127  # exit code when the command does not exist (126: exists, cannot run)
 # After the command exits, output still in flight (or from processes it left behind holding the

@@ -24,17 +24,6 @@ from remote_agent.deletion import delete_job_spec, delete_targets
 from remote_agent.jobenv import job_base_env
 from remote_agent.launchguard import check_launch_guards
 from remote_agent.procs import JobTree, boot_id, is_alive
-from remote_agent.protocol import (
-    AgentError,
-    arg_bool,
-    arg_env,
-    arg_float,
-    arg_int,
-    arg_str,
-    arg_str_list,
-    bad,
-    bytes_to_text,
-)
 from remote_agent.spool import (
     CANCEL,
     JOBWRAP_LOG,
@@ -44,6 +33,17 @@ from remote_agent.spool import (
     check_job_id,
     read_text,
     write_private,
+)
+from remote_agent.wire.protocol import (
+    AgentError,
+    arg_bool,
+    arg_env,
+    arg_float,
+    arg_int,
+    arg_str,
+    arg_str_list,
+    bad,
+    bytes_to_text,
 )
 
 log = logging.getLogger("remote_agent.jobs")

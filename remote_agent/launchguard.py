@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from remote_agent.probes import run_probe
-from remote_agent.protocol import AgentError, bad
+from remote_agent.wire.protocol import AgentError, bad
 
 # Their observed values move on their own (free bytes, GPU load, a server's answer): for these
 # only the verdict must still hold, not the exact figures.

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from remote_agent.jobs import JobManager, JobState
-from remote_agent.protocol import bytes_to_text
 from remote_agent.spool import LOG, JobDir
+from remote_agent.wire.protocol import bytes_to_text
 
 CHUNK = 256 * 1024  # bytes per log event: fewer, larger events stream a long line faster
 IDLE_POLL_S = 0.05

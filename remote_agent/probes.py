@@ -25,7 +25,7 @@ from typing import Any
 from remote_agent import gpu
 from remote_agent.deletion import measure
 from remote_agent.jobenv import job_base_env
-from remote_agent.targets import Refused, canonical_target
+from remote_agent.wire.targets import Refused, canonical_target
 
 Result = tuple[bool, Any, str]
 

@@ -23,7 +23,9 @@ from remote_agent.jobs import JobManager
 from remote_agent.logwatch import LogWatch, WatchRegistry
 from remote_agent.probes import CHECKS, run_probe
 from remote_agent.procs import boot_id
-from remote_agent.protocol import (
+from remote_agent.spool import Spool, check_job_id
+from remote_agent.stats import Stats
+from remote_agent.wire.protocol import (
     MAX_LINE,
     PROTOCOL_VERSION,
     AgentError,
@@ -36,8 +38,6 @@ from remote_agent.protocol import (
     ok_response,
     parse_request,
 )
-from remote_agent.spool import Spool, check_job_id
-from remote_agent.stats import Stats
 
 log = logging.getLogger("remote_agent.server")
 

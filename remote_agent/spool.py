@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from remote_agent.atomic_write import write_atomic
-from remote_agent.protocol import AgentError, bad
+from remote_agent.wire.atomic_write import write_atomic
+from remote_agent.wire.protocol import AgentError, bad
 
 JOB_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,200}")
 

@@ -174,7 +174,7 @@ def test_the_graph_sees_the_product() -> None:
     assert len(graph) > 150
     # spot checks that resolution works: absolute, `from pkg import module`, relative
     assert "runbook/schema.py" in graph["runbook/loader.py"]
-    assert "remote_agent/check_vocabulary.py" in graph["runbook/schema.py"]
+    assert "remote_agent/wire/check_vocabulary.py" in graph["runbook/schema.py"]
     assert any(t.startswith("runbook/") for t in graph["eagle_tui/cli.py"])
 
 

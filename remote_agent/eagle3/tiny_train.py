@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from remote_agent.atomic_write import atomic_path
 from remote_agent.eagle3.progress import Progress, emit
+from remote_agent.wire.atomic_write import atomic_path
 
 
 def _token_stream(

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from remote_agent.atomic_write import TEMP_MARK, atomic_path, write_atomic
+from remote_agent.wire.atomic_write import TEMP_MARK, atomic_path, write_atomic
 
 
 def rng_state() -> dict[str, Any]:

@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from remote_agent.atomic_write import atomic_path
 from remote_agent.eagle3.drafter import contract
 from remote_agent.eagle3.drafter.context import target_context_length
 from remote_agent.eagle3.errors import BadInput, Failed
+from remote_agent.wire.atomic_write import atomic_path
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 

@@ -16,9 +16,9 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from remote_agent.atomic_write import write_atomic
 from remote_agent.eagle3.distributed import Dist
 from remote_agent.eagle3.errors import BadInput
+from remote_agent.wire.atomic_write import write_atomic
 
 PROBE = ".shared-storage-probe"
 
