@@ -1,6 +1,6 @@
 """The check vocabulary, the one definition both sides use (a wire contract, stdlib only):
 the names a runbook's `check:` may take (runbook/schema.py builds its models on them) and the
-names the agent's `probe` op answers (remote_agent/probes.py, one function each).
+names the agent's `probe` op answers (remote_agent/agent/probes.py, one function each).
 tests/runbook/test_check_vocabulary.py ties the schema's models and the probes to these names.
 """
 

@@ -1,7 +1,7 @@
 """Where a delete path leads: resolved from its declared root, component by component, or refused.
 
 One place decides what a delete step may touch (docs/SAFETY.md "Deletes"); the measurement
-(the `delete_target` probe) and the deletion job (remote_agent/deletion.py) both call
+(the `delete_target` probe) and the deletion job (remote_agent/agent/deletion.py) both call
 `resolve`, so what the operator confirms and what is removed are the same object.
 
 The path must be written under its root; the root is resolved once (links above it are the

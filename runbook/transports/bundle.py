@@ -1,7 +1,7 @@
 """The agent as one reproducible zipapp: what the SSH transport uploads to the box.
 
-Contents: `remote_agent/*.py`, `remote_agent/wire/**` (the wire contracts),
-`remote_agent/eagle3/**` (the ML payload jobs run with
+Contents: `remote_agent/*.py` (the entry point), `remote_agent/agent/**` (the agent core),
+`remote_agent/wire/**` (the wire contracts), `remote_agent/eagle3/**` (the ML payload jobs run with
 `python -m remote_agent.eagle3 ...`) and `patches/**` (data the payload reads), laid out as in
 the repository, with a zipapp `__main__.py` (`python agent.pyz serve` works). On the box the
 transport unpacks it once into `agent-<hash>/` and runs the agent from that tree (the payload
@@ -27,8 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 # what `zipapp.create_archive(main="remote_agent.__main__:entry")` writes
 MAIN = "# -*- coding: utf-8 -*-\nimport remote_agent.__main__\nremote_agent.__main__.entry()\n"
 EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can carry
-# the packages below `remote_agent/`: the wire contracts and the eagle3 payload
-PACKAGES = ("wire", "eagle3")
+# the packages below `remote_agent/`: the agent core, the wire contracts, the eagle3 payload
+PACKAGES = ("agent", "wire", "eagle3")
 SKIP_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache"}
 SKIP_SUFFIXES = (".pyc", ".pyo", ".tmp")
 

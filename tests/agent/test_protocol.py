@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remote_agent.probes import CHECKS
+from remote_agent.agent.probes import CHECKS
 from remote_agent.wire.protocol import RequestError, parse_request
 
 from .agent_proc import AgentCallError, AgentProc

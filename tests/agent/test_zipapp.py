@@ -11,10 +11,10 @@ from .agent_proc import REPO, AgentProc
 
 
 def build(dest: Path) -> Path:
-    """Only remote_agent/*.py and the wire contracts (no eagle3 payload), main =
+    """Only remote_agent/*.py, the agent core and the wire contracts (no eagle3 payload), main =
     remote_agent.__main__:entry."""
     stage = dest / "stage"
-    for sub in ("", "wire"):
+    for sub in ("", "agent", "wire"):
         (stage / "remote_agent" / sub).mkdir(parents=True, exist_ok=True)
         for f in (REPO / "remote_agent" / sub).glob("*.py"):
             shutil.copy(f, stage / "remote_agent" / sub / f.name)

@@ -7,7 +7,7 @@ import typing
 
 import pytest
 
-from remote_agent.probes import CHECKS, run_probe
+from remote_agent.agent.probes import CHECKS, run_probe
 from remote_agent.wire import check_vocabulary as vocab
 from runbook import schema
 from runbook.engine.targets import DeleteTarget

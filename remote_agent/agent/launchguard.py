@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from remote_agent.probes import run_probe
+from remote_agent.agent.probes import run_probe
 from remote_agent.wire.protocol import AgentError, bad
 
 # Their observed values move on their own (free bytes, GPU load, a server's answer): for these

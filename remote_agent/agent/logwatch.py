@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from remote_agent.jobs import JobManager, JobState
-from remote_agent.spool import LOG, JobDir
+from remote_agent.agent.jobs import JobManager, JobState
+from remote_agent.agent.spool import LOG, JobDir
 from remote_agent.wire.protocol import bytes_to_text
 
 CHUNK = 256 * 1024  # bytes per log event: fewer, larger events stream a long line faster

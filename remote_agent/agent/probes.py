@@ -22,9 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from remote_agent import gpu
-from remote_agent.deletion import measure
-from remote_agent.jobenv import job_base_env
+from remote_agent.agent import gpu
+from remote_agent.agent.deletion import measure
+from remote_agent.agent.jobenv import job_base_env
 from remote_agent.wire.targets import Refused, canonical_target
 
 Result = tuple[bool, Any, str]

@@ -2,12 +2,12 @@
 
 `measure` is the `delete_target` probe (what the operator confirms: kind, identity, bytes,
 counts). `python -m remote_agent delete JOBDIR` is the job the agent launches for a delete
-step (remote_agent/jobs.py): it resolves each target again (remote_agent/wire/targets.py), refuses
-the whole delete when any target's identity (device, inode, kind) differs from what was
-measured, and removes each one itself: no shell, no globbing. The walk holds directory fds;
-every directory is opened with O_NOFOLLOW relative to its parent's fd and must be the inode
-the listing showed on the target's filesystem, so a directory swapped for a link (or a mount)
-while it runs is never followed. A last component that is a link is unlinked, never followed.
+step (remote_agent/agent/jobs.py): it resolves each target again
+(remote_agent/wire/targets.py), refuses the whole delete when any target's identity (device,
+inode, kind) differs from what was measured, and removes each one itself: no shell, no
+globbing. The walk holds directory fds; every directory is opened with O_NOFOLLOW relative to
+its parent's fd and must be the inode the listing showed on the target's filesystem, so a
+directory swapped for a link (or a mount) while it runs is never followed. A last component that is a link is unlinked, never followed.
 
 A job killed midway leaves a marker (`<spool>/deletes/<dev>-<ino>.json`); the next delete of
 the same target (same identity) says that it continues that one.

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
+from remote_agent import package_parent
+
 
 def job_base_env() -> dict[str, str]:
     """The environment jobs start from: the agent's, with its interpreter's bin directory first
@@ -15,7 +17,7 @@ def job_base_env() -> dict[str, str]:
     if bindir:
         parts = [p for p in env.get("PATH", os.defpath).split(os.pathsep) if p and p != bindir]
         env["PATH"] = os.pathsep.join([bindir, *parts])
-    parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    parent = package_parent()
     rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != parent]
     env["PYTHONPATH"] = os.pathsep.join([parent, *rest])
     return env

@@ -19,12 +19,13 @@ import threading
 import time
 from typing import Any, NamedTuple
 
-from remote_agent.deletion import SPEC as DELETE_SPEC
-from remote_agent.deletion import delete_job_spec, delete_targets
-from remote_agent.jobenv import job_base_env
-from remote_agent.launchguard import check_launch_guards
-from remote_agent.procs import JobTree, boot_id, is_alive
-from remote_agent.spool import (
+from remote_agent import package_parent
+from remote_agent.agent.deletion import SPEC as DELETE_SPEC
+from remote_agent.agent.deletion import delete_job_spec, delete_targets
+from remote_agent.agent.jobenv import job_base_env
+from remote_agent.agent.launchguard import check_launch_guards
+from remote_agent.agent.procs import JobTree, boot_id, is_alive
+from remote_agent.agent.spool import (
     CANCEL,
     JOBWRAP_LOG,
     LOG,
@@ -60,8 +61,7 @@ def jobwrap_command(job_dir: str) -> tuple[list[str], dict[str, str]]:
     (`agent.pyz/remote_agent/...`); zipimport serves `-m remote_agent` from either, so one
     form works for both and does not depend on how the zipapp's own __main__ is written.
     """
-    here = os.path.abspath(__file__)
-    parent = os.path.dirname(os.path.dirname(here))
+    parent = package_parent()
     env = dict(os.environ)
     env["PYTHONPATH"] = parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     python = sys.executable or "python3"

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from remote_agent import __version__
-from remote_agent.jobleader import bootstrap_argv
-from remote_agent.procs import JobTree, boot_id, start_time
-from remote_agent.spool import (
+from remote_agent.agent.jobleader import bootstrap_argv
+from remote_agent.agent.procs import JobTree, boot_id, start_time
+from remote_agent.agent.spool import (
     BOOT_ID,
     CANCEL,
     EXIT,

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from remote_agent.procs import boot_id, is_alive, start_time
-from remote_agent.spool import make_private_dir, read_json, write_json
+from remote_agent.agent.procs import boot_id, is_alive, start_time
+from remote_agent.agent.spool import make_private_dir, read_json, write_json
 from remote_agent.wire.protocol import AgentError, bad
 
 RUN_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,200}")

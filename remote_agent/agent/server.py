@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from remote_agent import __version__
-from remote_agent.driver_locks import DriverLocks
-from remote_agent.jobs import JobManager
-from remote_agent.logwatch import LogWatch, WatchRegistry
-from remote_agent.probes import CHECKS, run_probe
-from remote_agent.procs import boot_id
-from remote_agent.spool import Spool, check_job_id
-from remote_agent.stats import Stats
+from remote_agent.agent.driver_locks import DriverLocks
+from remote_agent.agent.jobs import JobManager
+from remote_agent.agent.logwatch import LogWatch, WatchRegistry
+from remote_agent.agent.probes import CHECKS, run_probe
+from remote_agent.agent.procs import boot_id
+from remote_agent.agent.spool import Spool, check_job_id
+from remote_agent.agent.stats import Stats
 from remote_agent.wire.protocol import (
     MAX_LINE,
     PROTOCOL_VERSION,

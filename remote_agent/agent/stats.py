@@ -20,9 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from remote_agent import gpu
-from remote_agent.probes import disk_usage
-from remote_agent.spool import write_private
+from remote_agent.agent import gpu
+from remote_agent.agent.probes import disk_usage
+from remote_agent.agent.spool import write_private
 from remote_agent.wire.protocol import arg_float, arg_int, arg_str_list
 
 log = logging.getLogger("remote_agent.stats")

@@ -23,7 +23,7 @@ Before it starts the command the leader records its own pid and start time as th
 (`pgid`, atomically, next to EXIT_PATH): whoever kills the supervisor, a command that runs
 always has its leader on record, and a job dir without that record whose launch lock (`alive`,
 inherited from the jobwrap and held until the leader exits; the command does not get it) is free
-provably never ran its command (remote_agent/jobs.py).
+provably never ran its command (remote_agent/agent/jobs.py).
 
 Started by the jobwrap as `python -I -c <bootstrap> READY_FD EXIT_PATH SECRETS_FD ARGV...`; it
 reports on READY_FD one line: "ok" once the command runs, or the reason it could not start.
@@ -41,8 +41,9 @@ import sys
 import time
 from pathlib import Path
 
-from remote_agent.procs import start_time
-from remote_agent.spool import PGID, write_record
+from remote_agent import package_parent
+from remote_agent.agent.procs import start_time
+from remote_agent.agent.spool import PGID, write_record
 from remote_agent.wire.atomic_write import write_atomic
 from remote_agent.wire.redact import StreamRedactor
 
@@ -58,11 +59,10 @@ def bootstrap_argv(
     ready_fd: int, exit_path: Path, argv: list[str], secrets_fd: int = -1
 ) -> list[str]:
     """argv for the leader: isolated interpreter (the job's PYTHON* env must not steer it)."""
-    here = os.path.abspath(__file__)
-    parent = os.path.dirname(os.path.dirname(here))
+    parent = package_parent()
     code = (
         f"import sys; sys.path.insert(0, {parent!r}); "
-        "from remote_agent.jobleader import main; sys.exit(main(sys.argv[1:]))"
+        "from remote_agent.agent.jobleader import main; sys.exit(main(sys.argv[1:]))"
     )
     return [
         sys.executable or "python3",
