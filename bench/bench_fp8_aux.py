@@ -303,7 +303,7 @@ def _round(v: float | None) -> float | None:
 
 def _forced(ev: dict, fmt: str, runs: list[dict]) -> dict[str, Any]:
     """Simulated accept length on the held-out answers, pooled over seeds, with its CI."""
-    from remote_agent.eagle3.accept_stats import accept_stats
+    from remote_agent.eagle3.serving.accept_stats import accept_stats
 
     pooled = [d for r in runs for d in ev.get("forced", {}).get(f"{fmt}-s{r['seed']}", [])]
     s = accept_stats(pooled)
@@ -318,7 +318,7 @@ def _forced(ev: dict, fmt: str, runs: list[dict]) -> dict[str, Any]:
 def summarize(
     a: argparse.Namespace, dumps: dict[str, Any], trained: dict[str, list[dict]], ev: dict
 ) -> dict[str, Any]:
-    from remote_agent.eagle3.accept_stats import accept_stats
+    from remote_agent.eagle3.serving.accept_stats import accept_stats
 
     result: dict[str, Any] = {}
     pooled: dict[str, list[dict]] = {}

@@ -33,9 +33,9 @@ COMMANDS: dict[str, str] = {
     "export": "remote_agent.eagle3.drafter.export_cmd",
     "eval": "remote_agent.eagle3.drafter.eval_cmd",
     # serving checks against a live SGLang server
-    "sglang-launch": "remote_agent.eagle3.sglang_launch_cmd",
-    "serve-check": "remote_agent.eagle3.serve_check_cmd",
-    "accept": "remote_agent.eagle3.accept_cmd",
+    "sglang-launch": "remote_agent.eagle3.serving.sglang_launch_cmd",
+    "serve-check": "remote_agent.eagle3.serving.serve_check_cmd",
+    "accept": "remote_agent.eagle3.serving.accept_cmd",
     # tiny targets for the demo and GPU runs
     "build-tiny": "remote_agent.eagle3.tiny_cmd",
 }

@@ -216,7 +216,7 @@ def tiny_kimi_model(kimi):
 def test_accept_feeds_turn_two_the_answer_not_raw_reasoning(kimi, tok):
     """MT-Bench turn 2 in the published Kimi mode: the server's text has lost the `</think>`
     marker (a special token), so the split is made on the generated ids."""
-    from remote_agent.eagle3.serving import assistant_turn
+    from remote_agent.eagle3.serving.checks import assistant_turn
 
     ids = tok("add them</think>It is 5.<|im_end|>", add_special_tokens=False)["input_ids"]
     text = tok.decode(ids, skip_special_tokens=True)

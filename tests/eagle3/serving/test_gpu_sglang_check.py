@@ -42,7 +42,7 @@ def test_sglang_keys_are_added_once(check, tmp_path):
 
 
 def test_prompts_are_single_turn_and_read_by_accept(check, tmp_path):
-    from remote_agent.eagle3.serving import load_prompts
+    from remote_agent.eagle3.serving.checks import load_prompts
 
     data = tmp_path / "d.jsonl"
     rows = [

@@ -171,7 +171,7 @@ def measure(
         for fut in [pool.submit(one, t) for t in prompts]:
             fut.result()
     progress.finish()
-    from remote_agent.eagle3.accept_stats import accept_stats
+    from remote_agent.eagle3.serving.accept_stats import accept_stats
 
     return accept_stats(per_request)
 

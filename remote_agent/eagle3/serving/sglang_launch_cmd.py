@@ -6,7 +6,7 @@ stops SGLang's whole process group). Keeping the flags here, in tested code, mea
 
 - extract: aux hidden-state capture (0.5.23: `--enable-return-aux-hidden-states
   --speculative-algorithm EAGLE3`; 0.5.14: an EAGLE3 drafter, `--draft-model DIR`; see
-  sglang_versions.py), radix cache off, chunked prefill off (`-1`: a large chunk size is not
+  eagle3/sglang_versions.py), radix cache off, chunked prefill off (`-1`: a large chunk size is not
   enough), prefill CUDA graph off (the effective backend, extra `--arg`s included); the dump
   patch's environment (EAGLE3_DUMP_*).
 - serve: the drafter with `--speculative-algorithm EAGLE3` (never EAGLE: that silently accepts
