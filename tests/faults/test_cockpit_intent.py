@@ -48,6 +48,8 @@ def test_kill_9_during_run_all_then_relaunch_continues(tmp_path, tally, capsys, 
     try:
         tm.run(argv)
         tm.wait_for(r"● connected")
+        # the box answers before the run is open; keys before that only toast "still opening"
+        tm.wait_for(r"pending prepare — Prepare the work dir")
         tm.keys("a")
         tm.wait_for(r"Destructive step: wipe")
         tm.send_text("wipe")

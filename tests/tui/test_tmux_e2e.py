@@ -78,6 +78,8 @@ def run_tmux_e2e(tmp_path, e2e_host_args, capsys, extra_env=None) -> None:
         tm.run(argv)
         tm.wait_for(r"cockpit-test")
         tm.wait_for(r"● connected")
+        # the box answers before the run is open; keys before that only toast "still opening"
+        tm.wait_for(r"pending prepare — Prepare the work dir")
         tm.keys("a")  # run all from the selected (first) step
         tm.wait_for(r"Destructive step: wipe")
         tm.send_text("wipe")
