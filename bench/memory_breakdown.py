@@ -3,7 +3,7 @@
 Runs the trainer's step (`ttt_step.forward_backward`) on CPU under bf16 autocast with a
 saved-tensor hook that files every tensor autograd keeps (unique storages, bytes) under the
 first part of the drafter on the Python stack when it was saved: fc, pre (norms, q/k/v, RoPE),
-attention (causal part), merge (TTT diagonal, ttt_attention.merge_diagonal), post (o_proj,
+attention (causal part), merge (TTT diagonal, merge.merge_diagonal), post (o_proj,
 MLP), loss (norm + chunked soft CE), teacher. Tensors saved during backward (checkpoint
 recomputation) are counted apart.
 

@@ -10,7 +10,7 @@ optimizer, Triton-fused, elementwise, reductions, copies) and the top kernels.
 Variants beyond bench_long_context's sides (A/B of one change each, same process layout):
   ours_mid_widen        ours_mid with each TTT step's weight gradient widened to a new fp32
                         tensor and summed by autograd (the behaviour before memory.GradSum)
-  ours_mid_eager_merge  ours_mid with the TTT merge eager (before ttt_attention._merge_fn)
+  ours_mid_eager_merge  ours_mid with the TTT merge eager (before merge._merge_fn)
   ours_mid_eager_add    ours_mid with GradSum's in-place add eager (before memory.add_into)
 
 Run:  python3 bench/profile_step.py --sides ours_mid,ours_mid_eager_merge,specforge  (carry .whl)
@@ -72,9 +72,9 @@ def widen_each_use() -> None:
 
 
 def eager_merge() -> None:
-    from remote_agent.eagle3.drafter import ttt_attention
+    from remote_agent.eagle3.drafter import merge, ttt_attention
 
-    ttt_attention._merge_fn = lambda compiled: ttt_attention.merge_diagonal  # type: ignore[assignment]
+    ttt_attention._merge_fn = lambda compiled: merge.merge_diagonal  # type: ignore[assignment]
 
 
 def eager_add() -> None:

@@ -30,15 +30,6 @@ KNOWN: list[frozenset[str]] = [
     frozenset(  # the dump reader asks the sharding module for a root's shards (lazy, both ways)
         {"remote_agent/eagle3/dense.py", "remote_agent/eagle3/extraction/sharding.py"}
     ),
-    frozenset(  # drafter: memory estimates and the TTT attention (sub-packages, phase 2)
-        {"remote_agent/eagle3/drafter/memory.py", "remote_agent/eagle3/drafter/ttt_attention.py"}
-    ),
-    frozenset(  # drafter: sequence parallel and its training step (sub-packages, phase 2)
-        {
-            "remote_agent/eagle3/drafter/seq_parallel.py",
-            "remote_agent/eagle3/drafter/seq_parallel_train.py",
-        }
-    ),
 ]
 
 

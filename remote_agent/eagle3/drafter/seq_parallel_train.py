@@ -21,12 +21,15 @@ Attention: the chunked kernel (or dense); flex is not split across ranks yet.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from functools import partial
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from remote_agent.eagle3.distributed import Dist
+from remote_agent.eagle3.drafter.config import TrainSection
 from remote_agent.eagle3.drafter.data import StepTargets, step_targets, step_tokens
 from remote_agent.eagle3.drafter.loss import HeadGrad, Teacher, soft_ce_scaled, teacher
 from remote_agent.eagle3.drafter.memory import check_handed_over, recomputed, unroll_casts
@@ -38,6 +41,7 @@ from remote_agent.eagle3.drafter.ttt_step import (
     RowPlan,
     StepContext,
     StepOut,
+    TTTStep,
     chain_starts,
     step_scales,
     teacher_head,
@@ -132,6 +136,32 @@ def sp_forward_backward(
     return StepOut(
         losses, args, weights, counts, mine, Teacher(None, argmax, in_draft), sim_valid, plan
     )
+
+
+def seq_parallel_step(drafter, b, lm_head, steps: int, step_w: list[float], offsets, **kw):
+    """One packed sequence's TTT loss split across ranks, backward included (B = 1): the
+    trainer's step (sp_forward_backward) for a bare drafter in fp32.
+
+    Returns (per-step weighted CE sums over all ranks, valid counts); after it, the parameter
+    gradients all-reduced with SUM equal the single-rank step's (ttt_step.forward_backward
+    without idle-row skipping). kw: backend, block, loss_chunk, teacher_chunk, group,
+    checkpoint (per-step activation checkpointing).
+    """
+    group = kw.get("group")
+    tc = TrainSection(
+        ttt_steps=steps, skip_idle_rows=False, loss_chunk=kw.get("loss_chunk", 2048),
+        teacher_chunk=kw.get("teacher_chunk", 1024), device="cpu",
+    )  # fmt: skip
+    ctx = StepContext(
+        TTTStep(drafter, steps, tc.loss_chunk, checkpoint_steps=kw.get("checkpoint", False)),
+        lm_head, drafter.draft_ids(), drafter.t2d, steps,
+        step_w, drafter.midlayer.self_attn.scale, kw.get("backend", "chunked"), nullcontext(),
+        False, Dist(dist.get_rank(group), dist.get_world_size(group)), tc,
+    )  # fmt: skip
+    out = sp_forward_backward(ctx, b, 0, offsets, kw.get("block", BLOCK), group)
+    sums = torch.stack([x.detach() for x in out.losses])
+    dist.all_reduce(sums, group=group)
+    return sums, out.counts
 
 
 def all_reduce_grads(params: Sequence[torch.Tensor], group=None) -> None:

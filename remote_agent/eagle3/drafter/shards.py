@@ -51,6 +51,7 @@ from remote_agent.eagle3.drafter.memory import (
     recomputed,
     unroll_casts,
 )
+from remote_agent.eagle3.drafter.merge import _merge_fn
 from remote_agent.eagle3.drafter.model import StepInputs
 from remote_agent.eagle3.drafter.ttt_attention import (
     BLOCK,
@@ -58,7 +59,6 @@ from remote_agent.eagle3.drafter.ttt_attention import (
     _chunked_causal,
     _flex_causal,
     _mask,
-    _merge_fn,
     _softmax_attend,
     flex_block_mask_range,
 )

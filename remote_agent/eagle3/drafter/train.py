@@ -70,7 +70,7 @@ def compile_layer(drafter: Eagle3Drafter, checkpointed: bool) -> None:
     graph from the start, a static graph (first shape) and a later dynamic one can never be
     picked differently (pytorch issue 166926). The norm meets a new row count at every TTT
     step (and is recomputed under recompute_elementwise): dynamic from the start as well. The
-    TTT merge is compiled by the attention itself (ttt_attention._merge_fn)."""
+    TTT merge is compiled by the attention itself (merge._merge_fn)."""
     dynamic = True if checkpointed else None
     drafter.midlayer.pre = torch.compile(drafter.midlayer.pre, dynamic=dynamic)
     drafter.midlayer.pre_parts = torch.compile(drafter.midlayer.pre_parts, dynamic=dynamic)

@@ -169,9 +169,9 @@ def test_compiled_merge_matches_eager_values_and_grads(recompute, monkeypatch):
     """compile_merge (the trainer's compile on CUDA) runs merge_diagonal as torch.compile'd
     kernels, here through Inductor's CPU backend: the eager merge's values and gradients (fp64,
     GQA, up to three earlier steps, blocks of the recomputed merge), and the reference's."""
-    from remote_agent.eagle3.drafter import memory
+    from remote_agent.eagle3.drafter import merge
 
-    monkeypatch.setattr(memory, "MERGE_ROWS", 10)  # three blocks, a short last one
+    monkeypatch.setattr(merge, "MERGE_ROWS", 10)  # three blocks, a short last one
     for steps in (2, 4):
         q, k0, v0, ks, vs, doc = _inputs(steps=steps)
         kw = dict(block=5, recompute_merge=recompute)
@@ -185,6 +185,6 @@ def test_compiled_merge_matches_eager_values_and_grads(recompute, monkeypatch):
 
 
 def eager_merge():
-    from remote_agent.eagle3.drafter.ttt_attention import merge_diagonal
+    from remote_agent.eagle3.drafter.merge import merge_diagonal
 
     return merge_diagonal

@@ -120,9 +120,9 @@ def test_middle_options_equal_the_plain_unroll(arch, skip, bf16, opts, monkeypat
     the plain unroll's losses, gradients and draft argmax, in fp32 and under bf16 autocast. In
     bf16 the reference has the same checkpointing (its recompute runs the same kernels on
     the same values; offload only copies)."""
-    from remote_agent.eagle3.drafter import memory
+    from remote_agent.eagle3.drafter import merge
 
-    monkeypatch.setattr(memory, "MERGE_ROWS", 7)  # several merge blocks, a short last one
+    monkeypatch.setattr(merge, "MERGE_ROWS", 7)  # several merge blocks, a short last one
     checkpoint = MIDDLE[opts][0]
     ref = (checkpoint,) if bf16 else (False,)
     plain, g_plain = run(arch, "chunked", skip, *ref, bf16=bf16)

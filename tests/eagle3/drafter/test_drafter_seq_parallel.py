@@ -99,7 +99,7 @@ def _drafter_and_head():
 def _step_rank(rank: int, world: int, init: str, out: str) -> None:
     import torch.distributed as dist
 
-    from remote_agent.eagle3.drafter.seq_parallel import seq_parallel_step
+    from remote_agent.eagle3.drafter.seq_parallel_train import seq_parallel_step
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
@@ -173,8 +173,7 @@ def _count_collectives(monkeypatch_like: dict) -> dict[str, int]:
 def _counted_rank(rank: int, world: int, init: str, out: str, checkpoint: bool) -> None:
     import torch.distributed as dist
 
-    from remote_agent.eagle3.drafter.seq_parallel import seq_parallel_step
-    from remote_agent.eagle3.drafter.seq_parallel_train import all_reduce_grads
+    from remote_agent.eagle3.drafter.seq_parallel_train import all_reduce_grads, seq_parallel_step
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
