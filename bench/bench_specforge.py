@@ -431,7 +431,7 @@ def worker_sf_train(args) -> dict:
     import torch
 
     from remote_agent.eagle3.drafter.data import Plan, load_vocab
-    from remote_agent.eagle3.drafter.loss import load_target_tensor
+    from remote_agent.eagle3.drafter.model.loss import load_target_tensor
 
     add_wheel(Path(args.wheel))
     stubs = cpu_stubs() if args.device == "cpu" else []

@@ -154,14 +154,14 @@ def build(args, device):
 
     from remote_agent.eagle3.distributed import Dist
     from remote_agent.eagle3.drafter.config import DrafterSection, TrainSection
-    from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
+    from remote_agent.eagle3.drafter.model.model import Eagle3Drafter, build_config
+    from remote_agent.eagle3.drafter.model.ttt_attention import pick_backend
     from remote_agent.eagle3.drafter.train import (
         StepContext,
         TTTStep,
         compile_layer,
         resolved_options,
     )
-    from remote_agent.eagle3.drafter.ttt_attention import pick_backend
 
     dims = dict(TINY if device == "cpu" else KIMI)
     for key in dims:
@@ -261,7 +261,7 @@ def build(args, device):
     # the trainer's default on CUDA (train.lm_head_on_host): the teacher's lm_head waits on the
     # host between teachers; off for the plain unroll and SpecForge (its step gets the tensor)
     if getattr(args, "host_head", not getattr(args, "plain", False) and device != "cpu"):
-        from remote_agent.eagle3.drafter.memory import HostWeight
+        from remote_agent.eagle3.drafter.model.memory import HostWeight
 
         ctx.host_head, ctx.lm_head = HostWeight(lm_head, torch.device(device)), None
     return drafter, ctx, params, opt, config, backend
@@ -405,7 +405,7 @@ def run(args) -> dict:
         peak_mem = None
     ref_peak = args.peak or (H200_PEAK if device == "cuda" else peak)
     # teacher share: time it alone on the same batch
-    from remote_agent.eagle3.drafter.loss import teacher
+    from remote_agent.eagle3.drafter.model.loss import teacher
 
     sync(device)
     t = time.perf_counter()

@@ -182,8 +182,8 @@ def by_position(target: Path, ckpt_dir: Path, eval_in: dict, budget: int, depth:
 
     from remote_agent.eagle3.drafter import checkpoint as ckpt
     from remote_agent.eagle3.drafter.data import Loader, Plan
-    from remote_agent.eagle3.drafter.loss import load_target_tensor
-    from remote_agent.eagle3.drafter.model import Eagle3Drafter
+    from remote_agent.eagle3.drafter.model.loss import load_target_tensor
+    from remote_agent.eagle3.drafter.model.model import Eagle3Drafter
     from remote_agent.eagle3.drafter.position_accept import PositionAccept, batch_chains
 
     lm_head = load_target_tensor(target, "lm_head.weight").float().to(device)

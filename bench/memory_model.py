@@ -117,7 +117,8 @@ class _FlexStandIn(torch.autograd.Function):
 def _stand_ins():
     """Within: flex attention and its block masks stood in for (no CPU backward, no data),
     the cuBLAS fp32 accumulation of the lm_head gradient in place; restored after."""
-    from remote_agent.eagle3.drafter import loss, shards, ttt_attention
+    from remote_agent.eagle3.drafter import shards
+    from remote_agent.eagle3.drafter.model import loss, ttt_attention
 
     def flex(q, k, v, block_mask=None, scale=None, enable_gqa=False, return_lse=True):
         return _FlexStandIn.apply(q, k, v)
@@ -145,7 +146,7 @@ def build(side: str, ttt: int, shard_tokens: int | None):
 
     from remote_agent.eagle3.distributed import Dist
     from remote_agent.eagle3.drafter.config import DrafterSection, TrainSection
-    from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
+    from remote_agent.eagle3.drafter.model.model import Eagle3Drafter, build_config
     from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep
 
     k = bench_train.KIMI
@@ -184,7 +185,7 @@ def build(side: str, ttt: int, shard_tokens: int | None):
         tc, table if host else None,
     )  # fmt: skip
     if host_head:  # its device copy made by get() and dropped after the teacher: counted then
-        from remote_agent.eagle3.drafter.memory import HostWeight
+        from remote_agent.eagle3.drafter.model.memory import HostWeight
 
         ctx.host_head, ctx.lm_head = HostWeight(lm_head, torch.device("cpu")), None
     return drafter, ctx, params, config

@@ -66,19 +66,19 @@ def classify(name: str) -> str:
 def widen_each_use() -> None:
     """The pre-GradSum behaviour: every use's gradient widened to a new fp32 tensor, summed by
     autograd out of place (GradSum then never counts, so no hand-over check fires)."""
-    from remote_agent.eagle3.drafter import memory
+    from remote_agent.eagle3.drafter.model import memory
 
     memory.GradSum.add = lambda self, grad, dtype: grad.to(dtype)  # type: ignore[method-assign]
 
 
 def eager_merge() -> None:
-    from remote_agent.eagle3.drafter import merge, ttt_attention
+    from remote_agent.eagle3.drafter.model import merge, ttt_attention
 
     ttt_attention._merge_fn = lambda compiled: merge.merge_diagonal  # type: ignore[assignment]
 
 
 def eager_add() -> None:
-    from remote_agent.eagle3.drafter import memory
+    from remote_agent.eagle3.drafter.model import memory
 
     memory.add_into = lambda total, grad: total.add_(grad)  # type: ignore[assignment]
 

@@ -181,9 +181,9 @@ class Serving:
     def __init__(self, model_path: Path, draft: str, steps: int) -> None:
         import torch
 
-        from remote_agent.eagle3.drafter.contract import resolve_capture_ids
         from remote_agent.eagle3.drafter.evaluate import Target
         from remote_agent.eagle3.drafter.export import load_export
+        from remote_agent.eagle3.drafter.model.contract import resolve_capture_ids
         from remote_agent.eagle3.drafter.synthetic import end_ids, load_target, text_config
 
         model, self.tok = load_target(model_path, "cpu", torch.float32)

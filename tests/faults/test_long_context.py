@@ -15,8 +15,8 @@ import torch
 from remote_agent.eagle3.distributed import Dist
 from remote_agent.eagle3.drafter.config import DrafterSection, TrainSection
 from remote_agent.eagle3.drafter.data import Batch
-from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
-from remote_agent.eagle3.drafter.ttt_attention import doc_ids_from_lengths
+from remote_agent.eagle3.drafter.model.model import Eagle3Drafter, build_config
+from remote_agent.eagle3.drafter.model.ttt_attention import doc_ids_from_lengths
 from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep, forward_backward
 from tests.support.paths import REPO
 

@@ -122,7 +122,7 @@ def _attention_case(device, dtype, heads, kv, d, dv, backend, rows=False) -> dic
     `rows`: steps >= 1 on a subset of query positions, the trainer's idle-row skipping)."""
     import torch
 
-    from remote_agent.eagle3.drafter.ttt_attention import TTTAttention, doc_ids_from_lengths
+    from remote_agent.eagle3.drafter.model.ttt_attention import TTTAttention, doc_ids_from_lengths
 
     g = torch.Generator(device=device).manual_seed(0)
     n, steps = 512, 4
@@ -171,8 +171,8 @@ def _chain_case(device, arch) -> dict:
     import torch
 
     from remote_agent.eagle3.drafter.config import DrafterSection
-    from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
-    from remote_agent.eagle3.drafter.ttt_attention import TTTAttention, doc_ids_from_lengths
+    from remote_agent.eagle3.drafter.model.model import Eagle3Drafter, build_config
+    from remote_agent.eagle3.drafter.model.ttt_attention import TTTAttention, doc_ids_from_lengths
 
     torch.manual_seed(0)
     ds = DrafterSection(

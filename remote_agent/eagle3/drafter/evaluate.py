@@ -31,8 +31,8 @@ from typing import Any
 
 import torch
 
-from remote_agent.eagle3.drafter.contract import resolve_capture_ids
 from remote_agent.eagle3.drafter.eval_simulate import Forced, teacher_forced
+from remote_agent.eagle3.drafter.model.contract import resolve_capture_ids
 
 
 @dataclass
@@ -220,7 +220,7 @@ def load_prompts(
 
 def untrained_like(drafter, target_lm_head: torch.Tensor, seed: int = 0, std: float = 0.02):
     """A drafter as training starts it (same init) for the before/after comparison."""
-    from remote_agent.eagle3.drafter.model import Eagle3Drafter
+    from remote_agent.eagle3.drafter.model.model import Eagle3Drafter
 
     fresh = Eagle3Drafter(drafter.config)
     fresh.init_weights(std, torch.Generator().manual_seed(seed))

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from remote_agent.atomic_write import atomic_path
-from remote_agent.eagle3.drafter import contract
-from remote_agent.eagle3.drafter.context import target_context_length
+from remote_agent.eagle3.drafter.model import contract
+from remote_agent.eagle3.drafter.model.context import target_context_length
 from remote_agent.eagle3.errors import BadInput, Failed
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -136,7 +136,7 @@ def load_export(path: Path, device="cpu", dtype=torch.float32):
     """An exported directory -> (Eagle3Drafter without embedding weights set, config)."""
     from safetensors.torch import load_file
 
-    from remote_agent.eagle3.drafter.model import Eagle3Drafter
+    from remote_agent.eagle3.drafter.model.model import Eagle3Drafter
 
     path = Path(path)
     if not (path / "config.json").exists():

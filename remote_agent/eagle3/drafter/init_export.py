@@ -39,10 +39,10 @@ def init_export(
 
     from remote_agent.eagle3.drafter import checkpoint as ckpt
     from remote_agent.eagle3.drafter import config as config_mod
-    from remote_agent.eagle3.drafter.context import target_context_length
     from remote_agent.eagle3.drafter.data import load_vocab
     from remote_agent.eagle3.drafter.export import export_checkpoint
-    from remote_agent.eagle3.drafter.loss import load_target_tensor
+    from remote_agent.eagle3.drafter.model.context import target_context_length
+    from remote_agent.eagle3.drafter.model.loss import load_target_tensor
     from remote_agent.eagle3.drafter.train import build_drafter
 
     cfg = config_mod.load(Path(config), [f"target.path={json.dumps(str(target))}"])

@@ -28,8 +28,13 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from remote_agent.eagle3.drafter.merge import merge_diagonal, merge_recomputed
-from remote_agent.eagle3.drafter.ttt_attention import BLOCK, _chunked_causal, _mask, _softmax_attend
+from remote_agent.eagle3.drafter.model.merge import merge_diagonal, merge_recomputed
+from remote_agent.eagle3.drafter.model.ttt_attention import (
+    BLOCK,
+    _chunked_causal,
+    _mask,
+    _softmax_attend,
+)
 
 
 def split_offsets(n: int, world: int) -> list[int]:

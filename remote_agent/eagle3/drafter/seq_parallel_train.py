@@ -31,12 +31,12 @@ import torch.distributed as dist
 from remote_agent.eagle3.distributed import Dist
 from remote_agent.eagle3.drafter.config import TrainSection
 from remote_agent.eagle3.drafter.data import StepTargets, step_targets, step_tokens
-from remote_agent.eagle3.drafter.loss import HeadGrad, Teacher, soft_ce_scaled, teacher
-from remote_agent.eagle3.drafter.memory import check_handed_over, recomputed, unroll_casts
-from remote_agent.eagle3.drafter.model import StepInputs
+from remote_agent.eagle3.drafter.model.loss import HeadGrad, Teacher, soft_ce_scaled, teacher
+from remote_agent.eagle3.drafter.model.memory import check_handed_over, recomputed, unroll_casts
+from remote_agent.eagle3.drafter.model.model import StepInputs
+from remote_agent.eagle3.drafter.model.ttt_attention import BLOCK
 from remote_agent.eagle3.drafter.seq_parallel import SeqParallelAttention
 from remote_agent.eagle3.drafter.simulate import chain_depth
-from remote_agent.eagle3.drafter.ttt_attention import BLOCK
 from remote_agent.eagle3.drafter.ttt_step import (
     RowPlan,
     StepContext,

@@ -39,21 +39,21 @@ from typing import Any
 import torch
 
 from remote_agent.eagle3.drafter.data import step_tokens
-from remote_agent.eagle3.drafter.loss import (
+from remote_agent.eagle3.drafter.model.loss import (
     HeadGrad,
     Teacher,
     soft_ce_scaled,
     teacher_probs,
 )
-from remote_agent.eagle3.drafter.memory import (
+from remote_agent.eagle3.drafter.model.memory import (
     check_handed_over,
     layer_weights,
     recomputed,
     unroll_casts,
 )
-from remote_agent.eagle3.drafter.merge import _merge_fn
-from remote_agent.eagle3.drafter.model import StepInputs
-from remote_agent.eagle3.drafter.ttt_attention import (
+from remote_agent.eagle3.drafter.model.merge import _merge_fn
+from remote_agent.eagle3.drafter.model.model import StepInputs
+from remote_agent.eagle3.drafter.model.ttt_attention import (
     BLOCK,
     TTTAttention,
     _chunked_causal,

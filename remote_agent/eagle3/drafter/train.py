@@ -26,12 +26,13 @@ from remote_agent.eagle3.distributed import Dist
 from remote_agent.eagle3.drafter import checkpoint as ckpt
 from remote_agent.eagle3.drafter import train_state
 from remote_agent.eagle3.drafter.config import Config
-from remote_agent.eagle3.drafter.context import target_context_length
 from remote_agent.eagle3.drafter.data import Loader, Plan, load_vocab
 from remote_agent.eagle3.drafter.finite import FiniteWatch
-from remote_agent.eagle3.drafter.loss import load_target_tensor
-from remote_agent.eagle3.drafter.memory import HostWeight
-from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
+from remote_agent.eagle3.drafter.model.context import target_context_length
+from remote_agent.eagle3.drafter.model.loss import load_target_tensor
+from remote_agent.eagle3.drafter.model.memory import HostWeight
+from remote_agent.eagle3.drafter.model.model import Eagle3Drafter, build_config
+from remote_agent.eagle3.drafter.model.ttt_attention import pick_backend
 from remote_agent.eagle3.drafter.multinode import check_shared_out
 from remote_agent.eagle3.drafter.parallel import load_optimizer, trainable_count, wrap
 from remote_agent.eagle3.drafter.seq_parallel import split_offsets
@@ -42,7 +43,6 @@ from remote_agent.eagle3.drafter.seq_parallel_train import (
 )
 from remote_agent.eagle3.drafter.simulate import chain_depth
 from remote_agent.eagle3.drafter.train_metrics import Window
-from remote_agent.eagle3.drafter.ttt_attention import pick_backend
 from remote_agent.eagle3.drafter.ttt_step import (  # noqa: F401  (re-exported for benches)
     RowPlan,
     StepContext,

@@ -17,17 +17,17 @@ from torch import nn
 from remote_agent.eagle3.distributed import Dist
 from remote_agent.eagle3.drafter import shards
 from remote_agent.eagle3.drafter.data import step_targets, step_tokens
-from remote_agent.eagle3.drafter.loss import HeadGrad, soft_ce_scaled, teacher
-from remote_agent.eagle3.drafter.memory import (
+from remote_agent.eagle3.drafter.model.loss import HeadGrad, soft_ce_scaled, teacher
+from remote_agent.eagle3.drafter.model.memory import (
     HostWeight,
     SharedCasts,
     check_handed_over,
     recomputed,
     unroll_casts,
 )
-from remote_agent.eagle3.drafter.model import Eagle3Drafter, StepInputs
+from remote_agent.eagle3.drafter.model.model import Eagle3Drafter, StepInputs
+from remote_agent.eagle3.drafter.model.ttt_attention import TTTAttention
 from remote_agent.eagle3.drafter.simulate import chain_depth
-from remote_agent.eagle3.drafter.ttt_attention import TTTAttention
 
 
 class TTTStep(nn.Module):

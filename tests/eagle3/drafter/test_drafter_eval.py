@@ -160,7 +160,7 @@ class FlakyDrafter(ScriptedDrafter):
 
 def _random_drafter(model):
     from remote_agent.eagle3.drafter.config import DrafterSection
-    from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
+    from remote_agent.eagle3.drafter.model.model import Eagle3Drafter, build_config
 
     c = model.config
     cfg = build_config(

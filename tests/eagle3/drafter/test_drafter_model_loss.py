@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from remote_agent.eagle3.drafter.config import DrafterSection
-from remote_agent.eagle3.drafter.loss import soft_ce, soft_ce_reference, teacher
-from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
-from remote_agent.eagle3.drafter.ttt_attention import TTTAttention, doc_ids_from_lengths
+from remote_agent.eagle3.drafter.model.loss import soft_ce, soft_ce_reference, teacher
+from remote_agent.eagle3.drafter.model.model import Eagle3Drafter, build_config
+from remote_agent.eagle3.drafter.model.ttt_attention import TTTAttention, doc_ids_from_lengths
 from tests.support.drafters import tiny_drafter
 
 

@@ -12,8 +12,8 @@ from test_drafter_model_loss import model_drafter
 from test_drafter_skip_rows import chat_batch
 
 from remote_agent.eagle3.drafter.data import step_targets
+from remote_agent.eagle3.drafter.model.ttt_attention import TTTAttention
 from remote_agent.eagle3.drafter.seq_parallel import SeqParallelAttention, split_offsets
-from remote_agent.eagle3.drafter.ttt_attention import TTTAttention
 
 STEPS = 3
 

@@ -10,8 +10,8 @@ from test_drafter_model_loss import model_drafter
 from remote_agent.eagle3.distributed import Dist
 from remote_agent.eagle3.drafter.config import TrainSection
 from remote_agent.eagle3.drafter.data import Batch
+from remote_agent.eagle3.drafter.model.ttt_attention import doc_ids_from_lengths
 from remote_agent.eagle3.drafter.train import StepContext, TTTStep, _Window, forward_backward
-from remote_agent.eagle3.drafter.ttt_attention import doc_ids_from_lengths
 
 
 def chat_batch(seed: int = 0) -> Batch:

@@ -78,7 +78,7 @@ def test_eval_reports_the_simulation_on_the_same_tokens(tiny_inputs, exported, t
 def _forced_chain(d, aux, seq: list[int], t: int, depth: int) -> list[int]:
     """draft_chain's plain-attention math, but step k+1 embeds the TRUE token t+2+k (teacher
     forcing): an independent restatement of one TTT column at position t."""
-    from remote_agent.eagle3.drafter.model import _attend
+    from remote_agent.eagle3.drafter.model.model import _attend
 
     layer, attn = d.midlayer, d.midlayer.self_attn
     n = t + 1

@@ -10,7 +10,7 @@ import torch
 from remote_agent.eagle3.distributed import Dist
 from remote_agent.eagle3.drafter import config as config_mod
 from remote_agent.eagle3.drafter.data import packed_batch, step_targets
-from remote_agent.eagle3.drafter.loss import Teacher
+from remote_agent.eagle3.drafter.model.loss import Teacher
 from remote_agent.eagle3.drafter.train import StepOut, _Window, train
 
 

@@ -41,7 +41,7 @@ def add_into(total: torch.Tensor, grad: torch.Tensor) -> None:
     if not total.is_cuda:
         _add(total, grad)
         return
-    from remote_agent.eagle3.drafter.compiled import compiled_once
+    from remote_agent.eagle3.drafter.model.compiled import compiled_once
 
     compiled_once(_add, dynamic=True)(total, grad)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from remote_agent.eagle3.drafter.memory import recomputed
+from remote_agent.eagle3.drafter.model.memory import recomputed
 
 
 def _expand_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -60,7 +60,7 @@ def _merge_compiled(o0, lse0, q, ks, vs, scale: float) -> torch.Tensor:
     """merge_diagonal through one compiled graph for every number of earlier steps, length and
     row count (dynamic from the start, so under per-step checkpointing the recompute meets the
     forward's graph: train.compile_layer); the stack stays outside it (its backward is views)."""
-    from remote_agent.eagle3.drafter.compiled import compiled_once
+    from remote_agent.eagle3.drafter.model.compiled import compiled_once
 
     if not ks:
         return o0

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from remote_agent.eagle3.drafter.merge import _acc, _expand_kv, _merge_fn, merge_recomputed
+from remote_agent.eagle3.drafter.model.merge import _acc, _expand_kv, _merge_fn, merge_recomputed
 
 BLOCK = 128
 
@@ -168,7 +168,7 @@ def _flex_fn(compiled: bool = True):
     (eager flex materialises the full scores)."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    from remote_agent.eagle3.drafter.compiled import compiled_once
+    from remote_agent.eagle3.drafter.model.compiled import compiled_once
 
     return compiled_once(flex_attention, dynamic=False) if compiled else flex_attention
 
