@@ -1,9 +1,9 @@
 """Sequence parallelism as a `train` option (`train.sequence_parallel: true`, under torchrun).
 
 Every rank loads the same packed batch (the data plan of one rank) and trains its contiguous
-share of the positions (seq_parallel.split_offsets: any rank count, uneven shares): the teacher
+share of the positions (seq_attention.split_offsets: any rank count, uneven shares): the teacher
 of its rows plus a halo of `ttt_steps` final states, the TTT unroll of its rows (the causal
-attention all-gathers the step-0 keys and values: seq_parallel.SeqParallelAttention), the soft
+attention all-gathers the step-0 keys and values: seq_attention.SeqParallelAttention), the soft
 CE of its rows normalised by the valid counts of all ranks, backward; then the parameter
 gradients are summed over ranks (one all-reduce) and every rank takes the same optimizer step.
 The sum equals the single-rank step's gradient, so a run on N ranks trains what one rank would
@@ -35,7 +35,7 @@ from remote_agent.eagle3.drafter.model.loss import HeadGrad, Teacher, soft_ce_sc
 from remote_agent.eagle3.drafter.model.memory import check_handed_over, recomputed, unroll_casts
 from remote_agent.eagle3.drafter.model.model import StepInputs
 from remote_agent.eagle3.drafter.model.ttt_attention import BLOCK
-from remote_agent.eagle3.drafter.seq_parallel import SeqParallelAttention
+from remote_agent.eagle3.drafter.parallel.seq_attention import SeqParallelAttention
 from remote_agent.eagle3.drafter.simulate import chain_depth
 from remote_agent.eagle3.drafter.ttt_step import (
     RowPlan,

@@ -4,7 +4,7 @@ setup (distributed, device, data plan, target lm_head + embedding, vocab mapping
 optimizer, schedule, resume) -> for each packed batch: `forward_backward` (ttt_step.py: teacher
 from the stored final hidden states, TTT unroll, weighted soft CE per step, backward), clip,
 AdamW step -> metrics and progress lines, atomic checkpoints. Runs alone or under torchrun
-(DDP; FSDP2 with `train.parallel: fsdp`; parallel.py; or every rank a share of the same long
+(DDP; FSDP2 with `train.parallel: fsdp`; data_parallel.py; or every rank a share of the same long
 batch with `train.sequence_parallel`: seq_parallel_train.py). Resume and checkpoint state:
 train_state.py; the metric window: train_metrics.py.
 """
@@ -33,9 +33,9 @@ from remote_agent.eagle3.drafter.model.loss import load_target_tensor
 from remote_agent.eagle3.drafter.model.memory import HostWeight
 from remote_agent.eagle3.drafter.model.model import Eagle3Drafter, build_config
 from remote_agent.eagle3.drafter.model.ttt_attention import pick_backend
-from remote_agent.eagle3.drafter.multinode import check_shared_out
-from remote_agent.eagle3.drafter.parallel import load_optimizer, trainable_count, wrap
-from remote_agent.eagle3.drafter.seq_parallel import split_offsets
+from remote_agent.eagle3.drafter.parallel.data_parallel import load_optimizer, trainable_count, wrap
+from remote_agent.eagle3.drafter.parallel.multinode import check_shared_out
+from remote_agent.eagle3.drafter.parallel.seq_attention import split_offsets
 from remote_agent.eagle3.drafter.seq_parallel_train import (
     all_reduce_grads,
     sp_backend,

@@ -14,7 +14,7 @@ from remote_agent.eagle3.drafter.config import Config
 from remote_agent.eagle3.drafter.data import Plan
 from remote_agent.eagle3.drafter.model.context import target_context_length
 from remote_agent.eagle3.drafter.model.model import Eagle3Drafter
-from remote_agent.eagle3.drafter.parallel import full_state
+from remote_agent.eagle3.drafter.parallel.data_parallel import full_state
 from remote_agent.eagle3.errors import BadInput, Failed
 
 

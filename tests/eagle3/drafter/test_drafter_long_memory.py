@@ -14,7 +14,7 @@ from remote_agent.eagle3.drafter.config import TrainSection
 from remote_agent.eagle3.drafter.data import embed_rows
 from remote_agent.eagle3.drafter.model.loss import soft_ce, soft_ce_reference
 from remote_agent.eagle3.drafter.model.memory import HostWeight
-from remote_agent.eagle3.drafter.parallel import wrap
+from remote_agent.eagle3.drafter.parallel.data_parallel import wrap
 from remote_agent.eagle3.drafter.train import compile_layer
 from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep, forward_backward
 

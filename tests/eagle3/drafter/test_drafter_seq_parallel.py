@@ -13,7 +13,7 @@ from test_drafter_skip_rows import chat_batch
 
 from remote_agent.eagle3.drafter.data import step_targets
 from remote_agent.eagle3.drafter.model.ttt_attention import TTTAttention
-from remote_agent.eagle3.drafter.seq_parallel import SeqParallelAttention, split_offsets
+from remote_agent.eagle3.drafter.parallel.seq_attention import SeqParallelAttention, split_offsets
 
 STEPS = 3
 

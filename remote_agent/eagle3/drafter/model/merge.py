@@ -10,7 +10,7 @@ in fp32 (`merge_diagonal`), as one torch.compile'd graph for every step count (`
 in blocks of positions recomputed in backward (`merge_recomputed`, memory.py's middle option
 set: the fp32 stack never held whole). Every attention uses it: the single-process one
 (ttt_attention.TTTAttention), query shards (shards.py) and sequence parallelism
-(seq_parallel.SeqParallelAttention).
+(parallel/seq_attention.py).
 """
 
 from __future__ import annotations
