@@ -263,7 +263,7 @@ def evaluate(
 def held_out_records(merged: Path, n: int, holdout: float) -> list[tuple[list[int], list[int]]]:
     """(prompt, answer) token lists of the first n held-out records (as load_prompts picks)."""
     from remote_agent.eagle3.data.records import iter_records
-    from remote_agent.eagle3.drafter.data import is_holdout
+    from remote_agent.eagle3.drafter.train.data import is_holdout
 
     out = []
     for _, _, rec in iter_records(merged):

@@ -142,8 +142,8 @@ def run(args) -> dict:
 def train_one(args, target: Path, inputs: dict, vocab: str, z: dict, out: Path):
     from bench_specforge import drafter_heads
 
-    from remote_agent.eagle3.drafter import config as config_mod
-    from remote_agent.eagle3.drafter.train import train
+    from remote_agent.eagle3.drafter.train import config as config_mod
+    from remote_agent.eagle3.drafter.train.loop import train
 
     heads = drafter_heads(target)
     cfg = {
@@ -180,11 +180,11 @@ def train_one(args, target: Path, inputs: dict, vocab: str, z: dict, out: Path):
 def by_position(target: Path, ckpt_dir: Path, eval_in: dict, budget: int, depth: int, device):
     import torch
 
-    from remote_agent.eagle3.drafter import checkpoint as ckpt
-    from remote_agent.eagle3.drafter.data import Loader, Plan
     from remote_agent.eagle3.drafter.model.loss import load_target_tensor
     from remote_agent.eagle3.drafter.model.model import Eagle3Drafter
     from remote_agent.eagle3.drafter.position_accept import PositionAccept, batch_chains
+    from remote_agent.eagle3.drafter.train import checkpoint as ckpt
+    from remote_agent.eagle3.drafter.train.data import Loader, Plan
 
     lm_head = load_target_tensor(target, "lm_head.weight").float().to(device)
     embed = load_target_tensor(target, "model.embed_tokens.weight").float()

@@ -101,7 +101,7 @@ def worker(args) -> dict:
         PATCHES[args.worker]()
     ns = argparse.Namespace(tiny=args.device == "cpu", ttt=7, wheel=args.wheel, device=args.device)
     one, config, ctx = make_side(side, ns, args.device)
-    from remote_agent.eagle3.drafter.ttt_step import teacher_head
+    from remote_agent.eagle3.drafter.train.step import teacher_head
 
     b = device_batch(config, args.seq, args.device, teacher_head(ctx), ctx.draft_ids, seed=args.seq)
     bench_train.attach_embeds(b, ctx, args.device)  # the host embedding's rows (defaults)

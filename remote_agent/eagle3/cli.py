@@ -27,7 +27,7 @@ COMMANDS: dict[str, str] = {
     "verify-dumps": "remote_agent.eagle3.extraction.verify_dumps_cmd",
     "plan": "remote_agent.eagle3.plan",
     # drafter (training, export, evaluation)
-    "train": "remote_agent.eagle3.drafter.train_cmd",
+    "train": "remote_agent.eagle3.drafter.train.train_cmd",
     "stream-reference": "remote_agent.eagle3.online.producer",
     "online-check": "remote_agent.eagle3.online.placement",
     "export": "remote_agent.eagle3.drafter.export_cmd",

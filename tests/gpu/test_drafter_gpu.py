@@ -170,9 +170,9 @@ def _chain_case(device, arch) -> dict:
     """The model's TTT unroll (flex on CUDA) predicts what its inference chain drafts."""
     import torch
 
-    from remote_agent.eagle3.drafter.config import DrafterSection
     from remote_agent.eagle3.drafter.model.model import Eagle3Drafter, build_config
     from remote_agent.eagle3.drafter.model.ttt_attention import TTTAttention, doc_ids_from_lengths
+    from remote_agent.eagle3.drafter.train.config import DrafterSection
 
     torch.manual_seed(0)
     ds = DrafterSection(

@@ -201,7 +201,7 @@ def load_prompts(
 ) -> list[list[int]]:
     """Prompts = each record's tokens before its first supervised (assistant) token."""
     from remote_agent.eagle3.data.records import iter_records
-    from remote_agent.eagle3.drafter.data import is_holdout
+    from remote_agent.eagle3.drafter.train.data import is_holdout
 
     prompts = []
     for _, _, rec in iter_records(Path(data)):

@@ -60,11 +60,11 @@ def export_checkpoint(
     """`target` (its config.json) overrides the context length recorded at training."""
     from safetensors.torch import save_file
 
-    from remote_agent.eagle3.drafter.checkpoint import load
+    from remote_agent.eagle3.drafter.train.checkpoint import load
 
     ckpt_dir, out = Path(ckpt_dir), Path(out)
     if (ckpt_dir / "checkpoints").is_dir():  # a run directory: take its newest checkpoint
-        from remote_agent.eagle3.drafter.checkpoint import latest
+        from remote_agent.eagle3.drafter.train.checkpoint import latest
 
         found = latest(ckpt_dir / "checkpoints")
         if found is None:

@@ -82,8 +82,8 @@ def test_the_ladder_reads_the_card_and_runs_the_defaults():
 def test_executed_flops_count_the_embedding_half_once_and_the_shards_extra():
     import bench_train
 
-    from remote_agent.eagle3.drafter.config import DrafterSection
     from remote_agent.eagle3.drafter.model.model import build_config
+    from remote_agent.eagle3.drafter.train.config import DrafterSection
 
     k = bench_train.KIMI
     c = build_config(

@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 from remote_agent.eagle3 import sglang_launch_cmd
-from remote_agent.eagle3.drafter import config as config_mod
 from remote_agent.eagle3.drafter.export import export_checkpoint
 from remote_agent.eagle3.drafter.model import context
-from remote_agent.eagle3.drafter.train import train
+from remote_agent.eagle3.drafter.train import config as config_mod
+from remote_agent.eagle3.drafter.train.loop import train
 from remote_agent.eagle3.errors import BadInput, Failed
 
 KIMI_LEN = 262144

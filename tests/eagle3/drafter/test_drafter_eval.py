@@ -159,8 +159,8 @@ class FlakyDrafter(ScriptedDrafter):
 
 
 def _random_drafter(model):
-    from remote_agent.eagle3.drafter.config import DrafterSection
     from remote_agent.eagle3.drafter.model.model import Eagle3Drafter, build_config
+    from remote_agent.eagle3.drafter.train.config import DrafterSection
 
     c = model.config
     cfg = build_config(

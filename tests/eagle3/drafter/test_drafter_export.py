@@ -15,10 +15,10 @@ import pytest
 import torch
 from sglang_source import Source, capture_rule, module_params, run_load_weights
 
-from remote_agent.eagle3.drafter import checkpoint as ckpt
 from remote_agent.eagle3.drafter.export import export_checkpoint, export_tensors, load_export
 from remote_agent.eagle3.drafter.model import contract
 from remote_agent.eagle3.drafter.model.model import Eagle3Drafter
+from remote_agent.eagle3.drafter.train import checkpoint as ckpt
 from remote_agent.eagle3.errors import Failed
 from tests.support.drafters import tiny_drafter
 

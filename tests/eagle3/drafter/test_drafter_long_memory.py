@@ -10,13 +10,13 @@ from test_drafter_model_loss import model_drafter
 from test_drafter_skip_rows import chat_batch, vocab
 
 from remote_agent.eagle3.distributed import Dist
-from remote_agent.eagle3.drafter.config import TrainSection
-from remote_agent.eagle3.drafter.data import embed_rows
 from remote_agent.eagle3.drafter.model.loss import soft_ce, soft_ce_reference
 from remote_agent.eagle3.drafter.model.memory import HostWeight
 from remote_agent.eagle3.drafter.parallel.data_parallel import wrap
-from remote_agent.eagle3.drafter.train import compile_layer
-from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep, forward_backward
+from remote_agent.eagle3.drafter.train.config import TrainSection
+from remote_agent.eagle3.drafter.train.data import embed_rows
+from remote_agent.eagle3.drafter.train.loop import compile_layer
+from remote_agent.eagle3.drafter.train.step import StepContext, TTTStep, forward_backward
 
 
 def run(
@@ -525,7 +525,7 @@ def test_shared_cast_gradient_sum_is_handed_over_once_and_checked():
 @pytest.mark.parametrize("opts", ["mid", "all"])
 def test_compiled_trainer_step_equals_the_eager_one(opts, monkeypatch):
     """What runs on CUDA, compiled here by Inductor's CPU backend: the layer halves and the norm
-    (train.compile_layer: dynamic under per-step checkpointing), the TTT merge
+    (loop.compile_layer: dynamic under per-step checkpointing), the TTT merge
     (ttt_attention._merge_fn) and the soft CE, under the middle options alone and with the lean
     ones (per-step checkpointing: each recompute meets the graph its forward used). Losses,
     gradients and draft argmax equal the eager step's."""
@@ -566,7 +566,7 @@ def test_the_exact_memory_options_are_the_defaults():
     """The trainer's defaults are the middle set (bench: ours_mid, 4K equal work faster than
     SpecForge at less memory); cast_weights_once stays off where FSDP shards the layer, and
     asking for it there is an error; the soft CE is compiled where the layer is."""
-    from remote_agent.eagle3.drafter.train import resolved_options
+    from remote_agent.eagle3.drafter.train.loop import resolved_options
     from remote_agent.eagle3.errors import BadInput
 
     tc = TrainSection()

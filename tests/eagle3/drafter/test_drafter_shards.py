@@ -1,4 +1,4 @@
-"""Long sequences in query shards (train.shard_tokens, drafter/shards.py) train exactly what the
+"""Long sequences in query shards (train.shard_tokens, drafter/train/shards.py) train exactly what the
 one-pass step trains: the same losses, gradients and draft argmax (fp32: to rounding of the
 order of sums; bf16: within bf16 rounding of the gradient sums over shards), for packed
 documents crossing shard borders, a short last shard, both attention flavours and every
@@ -12,11 +12,11 @@ from test_drafter_model_loss import model_drafter
 from test_drafter_skip_rows import chat_batch, vocab
 
 from remote_agent.eagle3.distributed import Dist
-from remote_agent.eagle3.drafter import shards
-from remote_agent.eagle3.drafter.config import TrainSection
-from remote_agent.eagle3.drafter.data import embed_rows
-from remote_agent.eagle3.drafter.train import compile_layer
-from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep, forward_backward
+from remote_agent.eagle3.drafter.train import shards
+from remote_agent.eagle3.drafter.train.config import TrainSection
+from remote_agent.eagle3.drafter.train.data import embed_rows
+from remote_agent.eagle3.drafter.train.loop import compile_layer
+from remote_agent.eagle3.drafter.train.step import StepContext, TTTStep, forward_backward
 
 
 def run(

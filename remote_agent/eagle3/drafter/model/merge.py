@@ -9,7 +9,7 @@ merged here in closed form:
 in fp32 (`merge_diagonal`), as one torch.compile'd graph for every step count (`_merge_fn`), or
 in blocks of positions recomputed in backward (`merge_recomputed`, memory.py's middle option
 set: the fp32 stack never held whole). Every attention uses it: the single-process one
-(ttt_attention.TTTAttention), query shards (shards.py) and sequence parallelism
+(ttt_attention.TTTAttention), query shards (train/shards.py) and sequence parallelism
 (parallel/seq_attention.py).
 """
 
@@ -59,7 +59,7 @@ def _merge_fn(compiled: bool):
 def _merge_compiled(o0, lse0, q, ks, vs, scale: float) -> torch.Tensor:
     """merge_diagonal through one compiled graph for every number of earlier steps, length and
     row count (dynamic from the start, so under per-step checkpointing the recompute meets the
-    forward's graph: train.compile_layer); the stack stays outside it (its backward is views)."""
+    forward's graph: loop.compile_layer); the stack stays outside it (its backward is views)."""
     from remote_agent.eagle3.drafter.model.compiled import compiled_once
 
     if not ks:

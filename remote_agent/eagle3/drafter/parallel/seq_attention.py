@@ -15,7 +15,7 @@ its own query rows, so the result is exactly the single-rank attention of those 
 
 The whole training step of one sequence on top of it (teacher of the rank's rows plus a halo of
 `steps` final states, TTT unroll, soft CE normalised by the global valid counts, backward) is
-seq_parallel_train.py's (`sp_forward_backward`, which `train.sequence_parallel` runs, and
+train/seq_parallel_step.py's (`sp_forward_backward`, which `train.sequence_parallel` runs, and
 `seq_parallel_step` for a bare drafter).
 
 Backends: `chunked` (query blocks, recomputed in backward) and `dense` (reference), exactly as

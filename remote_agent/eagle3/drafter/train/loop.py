@@ -1,12 +1,12 @@
 """The training loop: read it top to bottom.
 
 setup (distributed, device, data plan, target lm_head + embedding, vocab mapping, drafter,
-optimizer, schedule, resume) -> for each packed batch: `forward_backward` (ttt_step.py: teacher
+optimizer, schedule, resume) -> for each packed batch: `forward_backward` (step.py: teacher
 from the stored final hidden states, TTT unroll, weighted soft CE per step, backward), clip,
 AdamW step -> metrics and progress lines, atomic checkpoints. Runs alone or under torchrun
-(DDP; FSDP2 with `train.parallel: fsdp`; data_parallel.py; or every rank a share of the same long
-batch with `train.sequence_parallel`: seq_parallel_train.py). Resume and checkpoint state:
-train_state.py; the metric window: train_metrics.py.
+(DDP; FSDP2 with `train.parallel: fsdp`; parallel/data_parallel.py; or every rank a share of the
+same long batch with `train.sequence_parallel`: seq_parallel_step.py). Resume and checkpoint
+state: state.py; the metric window: metrics.py.
 """
 
 from __future__ import annotations
@@ -23,11 +23,6 @@ import torch
 
 from remote_agent.eagle3.atomic import write_bytes_atomic
 from remote_agent.eagle3.distributed import Dist
-from remote_agent.eagle3.drafter import checkpoint as ckpt
-from remote_agent.eagle3.drafter import train_state
-from remote_agent.eagle3.drafter.config import Config
-from remote_agent.eagle3.drafter.data import Loader, Plan, load_vocab
-from remote_agent.eagle3.drafter.finite import FiniteWatch
 from remote_agent.eagle3.drafter.model.context import target_context_length
 from remote_agent.eagle3.drafter.model.loss import load_target_tensor
 from remote_agent.eagle3.drafter.model.memory import HostWeight
@@ -36,14 +31,19 @@ from remote_agent.eagle3.drafter.model.ttt_attention import pick_backend
 from remote_agent.eagle3.drafter.parallel.data_parallel import load_optimizer, trainable_count, wrap
 from remote_agent.eagle3.drafter.parallel.multinode import check_shared_out
 from remote_agent.eagle3.drafter.parallel.seq_attention import split_offsets
-from remote_agent.eagle3.drafter.seq_parallel_train import (
+from remote_agent.eagle3.drafter.train import checkpoint as ckpt
+from remote_agent.eagle3.drafter.train import state as train_state
+from remote_agent.eagle3.drafter.train.config import Config
+from remote_agent.eagle3.drafter.train.data import Loader, Plan, load_vocab
+from remote_agent.eagle3.drafter.train.finite import FiniteWatch
+from remote_agent.eagle3.drafter.train.metrics import Window
+from remote_agent.eagle3.drafter.train.seq_parallel_step import (
     all_reduce_grads,
     sp_backend,
     sp_forward_backward,
 )
-from remote_agent.eagle3.drafter.simulate import chain_depth
-from remote_agent.eagle3.drafter.train_metrics import Window
-from remote_agent.eagle3.drafter.ttt_step import (  # noqa: F401  (re-exported for benches)
+from remote_agent.eagle3.drafter.train.simulate import chain_depth
+from remote_agent.eagle3.drafter.train.step import (  # noqa: F401  (re-exported for benches)
     RowPlan,
     StepContext,
     StepOut,

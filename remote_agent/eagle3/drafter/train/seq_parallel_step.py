@@ -13,7 +13,7 @@ the gathered step-0 K/V and the batch's small per-position tensors. Collectives 
 all-gather of the step-0 K/V (also under per-step checkpointing), one reduce-scatter of its
 gradient, the valid counts, and one in-place all-reduce per parameter gradient.
 
-The result is a train.StepOut over the whole batch in which rows of other ranks carry no weight
+The result is a step.StepOut over the whole batch in which rows of other ranks carry no weight
 (argmax -1, chain starts off), so the metrics window sums every rank's share exactly once.
 Attention: the chunked kernel (or dense); flex is not split across ranks yet.
 """
@@ -29,15 +29,15 @@ import torch
 import torch.distributed as dist
 
 from remote_agent.eagle3.distributed import Dist
-from remote_agent.eagle3.drafter.config import TrainSection
-from remote_agent.eagle3.drafter.data import StepTargets, step_targets, step_tokens
 from remote_agent.eagle3.drafter.model.loss import HeadGrad, Teacher, soft_ce_scaled, teacher
 from remote_agent.eagle3.drafter.model.memory import check_handed_over, recomputed, unroll_casts
 from remote_agent.eagle3.drafter.model.model import StepInputs
 from remote_agent.eagle3.drafter.model.ttt_attention import BLOCK
 from remote_agent.eagle3.drafter.parallel.seq_attention import SeqParallelAttention
-from remote_agent.eagle3.drafter.simulate import chain_depth
-from remote_agent.eagle3.drafter.ttt_step import (
+from remote_agent.eagle3.drafter.train.config import TrainSection
+from remote_agent.eagle3.drafter.train.data import StepTargets, step_targets, step_tokens
+from remote_agent.eagle3.drafter.train.simulate import chain_depth
+from remote_agent.eagle3.drafter.train.step import (
     RowPlan,
     StepContext,
     StepOut,
@@ -56,7 +56,7 @@ def sp_backend(backend: str) -> str:
 def sp_forward_backward(
     c: StepContext, b, step: int, offsets: list[int], block: int = BLOCK, group=None
 ) -> StepOut:
-    """ttt_step.forward_backward of this rank's rows (B = 1, no idle-row skipping)."""
+    """step.forward_backward of this rank's rows (B = 1, no idle-row skipping)."""
     tc, n, steps = c.tc, b.input_ids.shape[1], c.steps
     rank = dist.get_rank(group)
     if n < len(offsets) - 1:
@@ -143,7 +143,7 @@ def seq_parallel_step(drafter, b, lm_head, steps: int, step_w: list[float], offs
     trainer's step (sp_forward_backward) for a bare drafter in fp32.
 
     Returns (per-step weighted CE sums over all ranks, valid counts); after it, the parameter
-    gradients all-reduced with SUM equal the single-rank step's (ttt_step.forward_backward
+    gradients all-reduced with SUM equal the single-rank step's (step.forward_backward
     without idle-row skipping). kw: backend, block, loss_chunk, teacher_chunk, group,
     checkpoint (per-step activation checkpointing).
     """

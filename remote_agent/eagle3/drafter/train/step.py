@@ -15,8 +15,6 @@ import torch
 from torch import nn
 
 from remote_agent.eagle3.distributed import Dist
-from remote_agent.eagle3.drafter import shards
-from remote_agent.eagle3.drafter.data import step_targets, step_tokens
 from remote_agent.eagle3.drafter.model.loss import HeadGrad, soft_ce_scaled, teacher
 from remote_agent.eagle3.drafter.model.memory import (
     HostWeight,
@@ -27,7 +25,9 @@ from remote_agent.eagle3.drafter.model.memory import (
 )
 from remote_agent.eagle3.drafter.model.model import Eagle3Drafter, StepInputs
 from remote_agent.eagle3.drafter.model.ttt_attention import TTTAttention
-from remote_agent.eagle3.drafter.simulate import chain_depth
+from remote_agent.eagle3.drafter.train import shards
+from remote_agent.eagle3.drafter.train.data import step_targets, step_tokens
+from remote_agent.eagle3.drafter.train.simulate import chain_depth
 
 
 class TTTStep(nn.Module):
@@ -64,7 +64,7 @@ class TTTStep(nn.Module):
     @classmethod
     def for_training(cls, drafter: Eagle3Drafter, tc, cast_once: bool, compiled: bool) -> TTTStep:
         """The step module as `eagle3 train` runs it: TrainSection's options, with
-        cast_weights_once and compile as train.resolved_options resolved them."""
+        cast_weights_once and compile as loop.resolved_options resolved them."""
         return cls(
             drafter, tc.ttt_steps, tc.loss_chunk, tc.checkpoint_ttt_steps, cast_once,
             tc.recompute_elementwise, tc.compile_loss and compiled, tc.embed_once,
