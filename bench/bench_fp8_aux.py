@@ -211,7 +211,7 @@ def evaluate(
 
     from remote_agent.eagle3.drafter.eval_simulate import teacher_forced
     from remote_agent.eagle3.drafter.evaluate import Target, load_prompts, speculative_decode
-    from remote_agent.eagle3.drafter.export import load_export
+    from remote_agent.eagle3.drafter.export.export import load_export
     from remote_agent.eagle3.drafter.model.contract import resolve_capture_ids
     from remote_agent.eagle3.drafter.synthetic import end_ids, load_target, text_config
 

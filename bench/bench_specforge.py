@@ -480,7 +480,7 @@ def worker_sf_train(args) -> dict:
             tokens += n
     secs = time.perf_counter() - t0
     # SpecForge's names equal ours (fc, midlayer.*, norm, lm_head, d2t, t2d): export via our checker
-    from remote_agent.eagle3.drafter.export import export_checkpoint
+    from remote_agent.eagle3.drafter.export.export import export_checkpoint
     from remote_agent.eagle3.drafter.train import checkpoint as ckpt
 
     state = {

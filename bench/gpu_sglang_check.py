@@ -169,7 +169,7 @@ def reference_accept(
 
     from remote_agent.eagle3.accept_stats import accept_stats
     from remote_agent.eagle3.drafter.evaluate import Target, speculative_decode
-    from remote_agent.eagle3.drafter.export import load_export
+    from remote_agent.eagle3.drafter.export.export import load_export
     from remote_agent.eagle3.drafter.model.contract import resolve_capture_ids
     from remote_agent.eagle3.drafter.synthetic import end_ids, load_target, text_config
     from remote_agent.eagle3.serving import load_prompts

@@ -182,7 +182,7 @@ class Serving:
         import torch
 
         from remote_agent.eagle3.drafter.evaluate import Target
-        from remote_agent.eagle3.drafter.export import load_export
+        from remote_agent.eagle3.drafter.export.export import load_export
         from remote_agent.eagle3.drafter.model.contract import resolve_capture_ids
         from remote_agent.eagle3.drafter.synthetic import end_ids, load_target, text_config
 

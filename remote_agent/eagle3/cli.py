@@ -30,7 +30,7 @@ COMMANDS: dict[str, str] = {
     "train": "remote_agent.eagle3.drafter.train.train_cmd",
     "stream-reference": "remote_agent.eagle3.online.producer",
     "online-check": "remote_agent.eagle3.online.placement",
-    "export": "remote_agent.eagle3.drafter.export_cmd",
+    "export": "remote_agent.eagle3.drafter.export.export_cmd",
     "eval": "remote_agent.eagle3.drafter.eval_cmd",
     # serving checks against a live SGLang server
     "sglang-launch": "remote_agent.eagle3.sglang_launch_cmd",

@@ -164,8 +164,8 @@ def refuse_short_drafter(args: argparse.Namespace) -> None:
 
 def refuse_dtype_mismatch(args: argparse.Namespace) -> None:
     """SGLang runs target and drafter at one `--dtype`; `auto` can split them (float32 target)."""
+    from remote_agent.eagle3.drafter.export.serve_dtype import dtype_mismatch
     from remote_agent.eagle3.drafter.model.context import read_config
-    from remote_agent.eagle3.drafter.serve_dtype import dtype_mismatch
 
     why = dtype_mismatch(read_config(args.model), read_config(args.draft), list(args.arg))
     if why:

@@ -248,7 +248,7 @@ def run_eval(
     reference: str = "forward",
     seed: int = 0,
 ) -> dict[str, Any]:
-    from remote_agent.eagle3.drafter.export import load_export
+    from remote_agent.eagle3.drafter.export.export import load_export
     from remote_agent.eagle3.drafter.synthetic import end_ids, load_target, text_config
     from remote_agent.eagle3.errors import BadInput
 

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from remote_agent.eagle3 import sglang_launch_cmd
-from remote_agent.eagle3.drafter.export import export_checkpoint
+from remote_agent.eagle3.drafter.export.export import export_checkpoint
 from remote_agent.eagle3.drafter.model import context
 from remote_agent.eagle3.drafter.train import config as config_mod
 from remote_agent.eagle3.drafter.train.loop import train

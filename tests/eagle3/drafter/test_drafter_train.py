@@ -176,7 +176,7 @@ def test_mla_drafter_trains_and_exports(tiny_inputs, tmp_path, make_config):
     cfg = make_config(tmp_path / "c.json", tiny_inputs, drafter=mla, train={"max_steps": 2})
     result = train(config_mod.load(cfg))
     assert result["steps"] == 2
-    from remote_agent.eagle3.drafter.export import export_checkpoint
+    from remote_agent.eagle3.drafter.export.export import export_checkpoint
 
     info = export_checkpoint(tmp_path / "run", tmp_path / "export")
     config = json.loads((Path(info["out"]) / "config.json").read_text())

@@ -11,7 +11,7 @@ import torch
 from remote_agent.eagle3.cli import main
 from remote_agent.eagle3.drafter.eval_simulate import teacher_forced
 from remote_agent.eagle3.drafter.evaluate import Target, load_prompts, speculative_decode
-from remote_agent.eagle3.drafter.export import load_export
+from remote_agent.eagle3.drafter.export.export import load_export
 from remote_agent.eagle3.drafter.synthetic import load_target
 from tests.eagle3.drafter.conftest import write_config
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from remote_agent.eagle3 import sglang_launch_cmd
-from remote_agent.eagle3.drafter.serve_dtype import dtype_mismatch, served_dtype
+from remote_agent.eagle3.drafter.export.serve_dtype import dtype_mismatch, served_dtype
 from remote_agent.eagle3.errors import BadInput
 
 TORCH_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}

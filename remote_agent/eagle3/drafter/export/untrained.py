@@ -37,7 +37,7 @@ def init_export(
 ) -> dict[str, Any]:
     import torch
 
-    from remote_agent.eagle3.drafter.export import export_checkpoint
+    from remote_agent.eagle3.drafter.export.export import export_checkpoint
     from remote_agent.eagle3.drafter.model.context import target_context_length
     from remote_agent.eagle3.drafter.model.loss import load_target_tensor
     from remote_agent.eagle3.drafter.train import checkpoint as ckpt
