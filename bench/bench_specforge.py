@@ -516,7 +516,7 @@ def run_acceptance(args) -> dict:
     """Tiny target -> data/dump/vocab -> both trainers (same epochs) -> our evaluator on both."""
     import torch
 
-    from remote_agent.eagle3.drafter.synthetic import build_inputs
+    from remote_agent.eagle3.drafter.eval.synthetic import build_inputs
     from remote_agent.eagle3.tiny import ensure_tiny
 
     work = Path(args.work)
@@ -643,7 +643,7 @@ def run_acceptance(args) -> dict:
     }
     if "error" in sf:
         return report
-    from remote_agent.eagle3.drafter.evaluate import run_eval
+    from remote_agent.eagle3.drafter.eval.evaluate import run_eval
 
     n_ev, t_ev = (8, 64) if device == "cuda" else (3, 24)
     for name, export in (("ours", work / "ours-export"), ("specforge", work / "sf-export")):

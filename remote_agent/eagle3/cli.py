@@ -31,7 +31,7 @@ COMMANDS: dict[str, str] = {
     "stream-reference": "remote_agent.eagle3.online.producer",
     "online-check": "remote_agent.eagle3.online.placement",
     "export": "remote_agent.eagle3.drafter.export.export_cmd",
-    "eval": "remote_agent.eagle3.drafter.eval_cmd",
+    "eval": "remote_agent.eagle3.drafter.eval.eval_cmd",
     # serving checks against a live SGLang server
     "sglang-launch": "remote_agent.eagle3.sglang_launch_cmd",
     "serve-check": "remote_agent.eagle3.serve_check_cmd",

@@ -287,7 +287,7 @@ def ensure_inputs(device: str, size: dict, work: Path, target: str | None) -> tu
     """Tiny target + data/dump/vocab + train.json under `work` (reused when already there)."""
     import torch
 
-    from remote_agent.eagle3.drafter.synthetic import build_inputs
+    from remote_agent.eagle3.drafter.eval.synthetic import build_inputs
 
     cfg = work / "train.json"
     info = work / "inputs.json"

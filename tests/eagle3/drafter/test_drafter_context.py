@@ -107,7 +107,7 @@ def kimi_target(tiny_target: Path, tmp_path_factory) -> Path:
 def kimi_inputs(kimi_target: Path, tmp_path_factory) -> dict:
     """Data and a dump made with the Kimi-shaped target itself: its config differs from the
     tiny target's, so the tiny dump's recorded identity refuses it (extraction/identity.py)."""
-    from remote_agent.eagle3.drafter.synthetic import build_inputs
+    from remote_agent.eagle3.drafter.eval.synthetic import build_inputs
 
     out = tmp_path_factory.mktemp("kimi-inputs")
     info = build_inputs(kimi_target, out, n_samples=6, prompt_tokens=24, new_tokens=16)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from remote_agent.eagle3.drafter.evaluate import load_prompts
+from remote_agent.eagle3.drafter.eval.evaluate import load_prompts
 from remote_agent.eagle3.drafter.train.data import conversation_id, is_holdout
 
 

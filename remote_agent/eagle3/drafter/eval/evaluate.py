@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from remote_agent.eagle3.drafter.eval_simulate import Forced, teacher_forced
+from remote_agent.eagle3.drafter.eval.teacher_forced import Forced, teacher_forced
 from remote_agent.eagle3.drafter.model.contract import resolve_capture_ids
 
 
@@ -248,8 +248,8 @@ def run_eval(
     reference: str = "forward",
     seed: int = 0,
 ) -> dict[str, Any]:
+    from remote_agent.eagle3.drafter.eval.synthetic import end_ids, load_target, text_config
     from remote_agent.eagle3.drafter.export.export import load_export
-    from remote_agent.eagle3.drafter.synthetic import end_ids, load_target, text_config
     from remote_agent.eagle3.errors import BadInput
 
     if topk != 1:
@@ -300,7 +300,7 @@ def run_eval(
             res.extra["forced"] = teacher_forced(target, dr, p, dec.tokens, steps)
             if reference == "full":
                 if i not in references:
-                    from remote_agent.eagle3.drafter.synthetic import greedy
+                    from remote_agent.eagle3.drafter.eval.synthetic import greedy
 
                     references[i] = greedy(model, p, max_new_tokens, eos)
                 res.reference_equal = references[i] == dec.tokens
@@ -337,7 +337,7 @@ def summarize(results: list[PromptResult], steps: int) -> dict[str, Any]:
             round(len(r.spec.tokens) / r.spec.verify_steps, 3) if r.spec.verify_steps else None
             for r in results
         ],
-        # the training-time simulation on these same output tokens (eval_simulate.py)
+        # the training-time simulation on these same output tokens (teacher_forced.py)
         "teacher_forced": forced_summary(results),
     }
 

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from remote_agent.eagle3.drafter.evaluate import run_eval
+    from remote_agent.eagle3.drafter.eval.evaluate import run_eval
     from remote_agent.eagle3.errors import Failed
     from remote_agent.eagle3.progress import emit
 
