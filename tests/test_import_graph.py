@@ -30,15 +30,6 @@ KNOWN: list[frozenset[str]] = [
     frozenset(  # the dump reader asks the sharding module for a root's shards (lazy, both ways)
         {"remote_agent/eagle3/dense.py", "remote_agent/eagle3/extraction/sharding.py"}
     ),
-    frozenset(  # drafter: memory estimates and the TTT attention (sub-packages, phase 2)
-        {"remote_agent/eagle3/drafter/memory.py", "remote_agent/eagle3/drafter/ttt_attention.py"}
-    ),
-    frozenset(  # drafter: sequence parallel and its training step (sub-packages, phase 2)
-        {
-            "remote_agent/eagle3/drafter/seq_parallel.py",
-            "remote_agent/eagle3/drafter/seq_parallel_train.py",
-        }
-    ),
 ]
 
 
@@ -245,3 +236,29 @@ def test_screens_and_widgets_import_neither_the_app_nor_the_cli() -> None:
     assert not bad, "screens/widgets reaching the app or the CLI (use the port):\n" + "\n".join(bad)
     named = [f for f in below if _names_the_app(ast.parse((REPO / f).read_text(), f))]
     assert not named, f"screens/widgets naming the app or the CLI (use the port): {named}"
+
+
+DRAFTER = "remote_agent/eagle3/drafter/"
+# the drafter's sub-packages, each importing only those before it (torchtitan-style components:
+# the model knows nothing of training, training nothing of export or evaluation)
+DRAFTER_LAYERS = ("model", "parallel", "train", "export", "eval")
+
+
+def test_drafter_packages_import_only_the_ones_below() -> None:
+    """model <- parallel <- train <- export <- eval, lazy imports included (typing ones too)."""
+    graph = import_graph(typing_too=True)
+    rank = {name: i for i, name in enumerate(DRAFTER_LAYERS)}
+
+    def layer(f: str) -> str:
+        return f[len(DRAFTER) :].partition("/")[0]
+
+    files = [f for f in graph if f.startswith(DRAFTER)]
+    assert {layer(f) for f in files if "/" in f[len(DRAFTER) :]} == set(DRAFTER_LAYERS)
+    up = [
+        f"{f} -> {t}"
+        for f in sorted(files)
+        if layer(f) in rank
+        for t in sorted(graph[f])
+        if t.startswith(DRAFTER) and rank.get(layer(t), -1) > rank[layer(f)]
+    ]
+    assert not up, "drafter imports running up its packages:\n" + "\n".join(up)

@@ -24,7 +24,7 @@ __all__ = [
     "write_bytes_atomic",
 ]
 
-temp_name = temp_path  # the names the payload (and drafter/train.py) already call
+temp_name = temp_path  # the names the payload (and drafter/train/) already call
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:

@@ -27,11 +27,11 @@ COMMANDS: dict[str, str] = {
     "verify-dumps": "remote_agent.eagle3.extraction.verify_dumps_cmd",
     "plan": "remote_agent.eagle3.plan",
     # drafter (training, export, evaluation)
-    "train": "remote_agent.eagle3.drafter.train_cmd",
+    "train": "remote_agent.eagle3.drafter.train.train_cmd",
     "stream-reference": "remote_agent.eagle3.online.producer",
     "online-check": "remote_agent.eagle3.online.placement",
-    "export": "remote_agent.eagle3.drafter.export_cmd",
-    "eval": "remote_agent.eagle3.drafter.eval_cmd",
+    "export": "remote_agent.eagle3.drafter.export.export_cmd",
+    "eval": "remote_agent.eagle3.drafter.eval.eval_cmd",
     # serving checks against a live SGLang server
     "sglang-launch": "remote_agent.eagle3.serving.sglang_launch_cmd",
     "serve-check": "remote_agent.eagle3.serving.serve_check_cmd",

@@ -118,7 +118,7 @@ def regenerate(
     import torch
     from transformers import AutoTokenizer
 
-    from remote_agent.eagle3.drafter.synthetic import end_ids
+    from remote_agent.eagle3.drafter.eval.synthetic import end_ids
     from remote_agent.eagle3.extraction.reference import hf_model_class
 
     tok = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=True)

@@ -143,7 +143,11 @@ def extract_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]
 def refuse_short_drafter(args: argparse.Namespace) -> None:
     """SGLang raises at startup when the drafter's context is shorter than the target's: say so
     before launching, naming both values (`--arg --context-length=N` lowers the target's)."""
-    from remote_agent.eagle3.drafter.context import mismatch, read_config, target_context_length
+    from remote_agent.eagle3.drafter.model.context import (
+        mismatch,
+        read_config,
+        target_context_length,
+    )
 
     target_len = target_context_length(args.model)
     extra = list(args.arg)
@@ -160,8 +164,8 @@ def refuse_short_drafter(args: argparse.Namespace) -> None:
 
 def refuse_dtype_mismatch(args: argparse.Namespace) -> None:
     """SGLang runs target and drafter at one `--dtype`; `auto` can split them (float32 target)."""
-    from remote_agent.eagle3.drafter.context import read_config
-    from remote_agent.eagle3.drafter.serve_dtype import dtype_mismatch
+    from remote_agent.eagle3.drafter.export.serve_dtype import dtype_mismatch
+    from remote_agent.eagle3.drafter.model.context import read_config
 
     why = dtype_mismatch(read_config(args.model), read_config(args.draft), list(args.arg))
     if why:

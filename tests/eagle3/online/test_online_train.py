@@ -12,8 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from remote_agent.eagle3.drafter import config as config_mod  # noqa: E402
-from remote_agent.eagle3.drafter.train import train  # noqa: E402
+from remote_agent.eagle3.drafter.train import config as config_mod  # noqa: E402
+from remote_agent.eagle3.drafter.train.loop import train  # noqa: E402
 from remote_agent.eagle3.errors import BadInput  # noqa: E402
 from remote_agent.eagle3.online import compare  # noqa: E402
 from remote_agent.eagle3.online.producer import ReferenceProducer  # noqa: E402

@@ -1,4 +1,4 @@
-"""Training metrics beyond the log window's core sums (train.py's _Window calls this).
+"""Training metrics beyond the log window's core sums (metrics.py's Window calls this).
 
 Two denominators for the per-step draft accuracy, both in each metrics line:
   acc_k      hits / positions whose teacher argmax is in the draft vocabulary (ours: the loss
@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from remote_agent.eagle3.drafter.simulate import chain_runs
+from remote_agent.eagle3.drafter.train.simulate import chain_runs
 
 
 class Breakdown:
@@ -28,7 +28,7 @@ class Breakdown:
         self._src: list[tuple[torch.Tensor, list[str]]] = []  # per batch: [2, docs], sources
 
     def add(self, out, b, preds: list[torch.Tensor], sources: list[str] | None = None) -> None:
-        """out: train.StepOut; b: its Batch; preds[k]: step k's draft argmax (target ids)."""
+        """out: step.StepOut; b: its Batch; preds[k]: step k's draft argmax (target ids)."""
         n = b.input_ids.shape[1]
         weight = out.targets.weight  # supervised and in the document, before the vocab drop
         self._acc.append(torch.stack([weight[k][0, : n - 1 - k].sum() for k in range(self.steps)]))

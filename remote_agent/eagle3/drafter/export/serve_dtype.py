@@ -54,7 +54,7 @@ def dtype_mismatch(
     target_config: dict[str, Any], drafter_config: dict[str, Any], extra_args: list[str]
 ) -> str | None:
     """Why target and drafter would run in different dtypes under these arguments, or None."""
-    from remote_agent.eagle3.drafter.context import text_config
+    from remote_agent.eagle3.drafter.model.context import text_config
 
     flag = dtype_flag(extra_args)
     text = text_config(target_config)

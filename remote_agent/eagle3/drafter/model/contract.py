@@ -226,7 +226,7 @@ def check(
 ) -> Report:
     """Every tensor to exactly one parameter (shard) with the right shape; nothing left over;
     and a context length SGLang accepts next to a target of `target_context_length` tokens."""
-    from remote_agent.eagle3.drafter.context import mismatch
+    from remote_agent.eagle3.drafter.model.context import mismatch
 
     rep = Report()
     arch = (config.get("architectures") or ["?"])[0]

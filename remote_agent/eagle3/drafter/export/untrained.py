@@ -37,13 +37,13 @@ def init_export(
 ) -> dict[str, Any]:
     import torch
 
-    from remote_agent.eagle3.drafter import checkpoint as ckpt
-    from remote_agent.eagle3.drafter import config as config_mod
-    from remote_agent.eagle3.drafter.context import target_context_length
-    from remote_agent.eagle3.drafter.data import load_vocab
-    from remote_agent.eagle3.drafter.export import export_checkpoint
-    from remote_agent.eagle3.drafter.loss import load_target_tensor
-    from remote_agent.eagle3.drafter.train import build_drafter
+    from remote_agent.eagle3.drafter.export.export import export_checkpoint
+    from remote_agent.eagle3.drafter.model.context import target_context_length
+    from remote_agent.eagle3.drafter.model.loss import load_target_tensor
+    from remote_agent.eagle3.drafter.train import checkpoint as ckpt
+    from remote_agent.eagle3.drafter.train import config as config_mod
+    from remote_agent.eagle3.drafter.train.data import load_vocab
+    from remote_agent.eagle3.drafter.train.loop import build_drafter
 
     cfg = config_mod.load(Path(config), [f"target.path={json.dumps(str(target))}"])
     meta = target_meta(Path(target), cfg.drafter.aux_layer_ids)

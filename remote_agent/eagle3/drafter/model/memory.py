@@ -6,15 +6,15 @@ TTT step autograd keeps
 
   * a bf16 copy of every matrix of the layer (q/k/v/o, gate/up/down: 1.41 GiB per step): under
     torch.compile the autocast cast is inside the compiled graph, so each step saves its own;
-  * the fp32 TTT-diagonal merge (ttt_attention.merge_diagonal: q, keys and values of the
+  * the fp32 TTT-diagonal merge (merge.merge_diagonal: q, keys and values of the
     earlier steps widened to fp32 and stacked: 6.6 GiB over seven steps; recomputed, it is
-    also done in blocks of MERGE_ROWS positions, so long sequences never hold it whole);
+    also done in blocks of merge.MERGE_ROWS positions, so long sequences never hold it whole);
   * the fp32 insides of the RMSNorm before the draft lm_head (3 x [T, H] fp32 per step).
 
 `cast_weights_once` casts the matrices once per unroll and shares them (SharedCast keeps a
 gradient path per step, so the fp32 masters still sum the steps' gradients in fp32, exactly as
 autocast's per-step casts do; GradSum adds them in place, about half the memory traffic).
-`recompute_elementwise` checkpoints the merge and the loss norm: they keep only their inputs
+`recompute_elementwise` checkpoints the merge (merge.merge_recomputed) and the loss norm: they keep only their inputs
 (already kept by their neighbours) and are recomputed in backward; both are elementwise, so the
 recompute is a few milliseconds against a ~400 ms step. Both are the trainer's defaults
 (train.TrainSection), as are the input projections' halves of train.embed_once
@@ -41,7 +41,7 @@ def add_into(total: torch.Tensor, grad: torch.Tensor) -> None:
     if not total.is_cuda:
         _add(total, grad)
         return
-    from remote_agent.eagle3.drafter.compiled import compiled_once
+    from remote_agent.eagle3.drafter.model.compiled import compiled_once
 
     compiled_once(_add, dynamic=True)(total, grad)
 
@@ -207,31 +207,6 @@ def layer_weights(layer: nn.Module, casts: SharedCasts | None) -> AbstractContex
         for name, (master, low, grads) in casts.items.items()
     }
     return _reparametrize_module(layer, swapped)
-
-
-MERGE_ROWS = 4096  # positions per recomputed merge block: its fp32 insides exist per block only
-
-
-def merge_recomputed(
-    o0, lse0, q, ks, vs, scale: float, rows: int | None = None, merge=None
-) -> torch.Tensor:
-    """ttt_attention.merge_diagonal (or `merge`, its compiled form) in blocks of positions, each
-    kept as its inputs only and recomputed in backward. Every position's merge is its own (its
-    query, the earlier steps' keys and values at that position), so the blocks give exactly the
-    whole: at 100K tokens the seventh step's fp32 stack alone would be ~17 GiB, a 4,096-row
-    block holds 0.7 GiB."""
-    from remote_agent.eagle3.drafter.ttt_attention import merge_diagonal
-
-    n, rows = q.shape[2], rows or MERGE_ROWS
-    merge = merge or merge_diagonal  # or its compiled form (ttt_attention._merge_fn)
-    parts = []
-    for lo in range(0, n, rows):
-        hi = min(lo + rows, n)
-        block = [k[:, :, lo:hi] for k in ks], [v[:, :, lo:hi] for v in vs]
-        parts.append(
-            recomputed(merge, o0[:, :, lo:hi], lse0[:, :, lo:hi], q[:, :, lo:hi], *block, scale)
-        )
-    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
 
 
 def recomputed(fn, *args):

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 if TYPE_CHECKING:
-    from remote_agent.eagle3.drafter.memory import SharedCasts
+    from remote_agent.eagle3.drafter.model.memory import SharedCasts
 
 LLAMA_ARCH = "LlamaForCausalLMEagle3"
 MLA_ARCH = "Eagle3DeepseekV2ForCausalLM"
@@ -51,10 +51,10 @@ def build_config(
 
     aux_layer_ids are the capture layers the drafter is trained on (input-of-layer convention);
     eagle_config gets the ids that make SGLang capture exactly those (its +1 rule).
-    target_context is the target's context length (drafter/context.py): the default and the floor
+    target_context is the target's context length (drafter/model/context.py): the default and the floor
     of max_position_embeddings. RoPE is plain (rope_scaling null) in training and export alike.
     """
-    from remote_agent.eagle3.drafter.contract import config_ids_for
+    from remote_agent.eagle3.drafter.model.contract import config_ids_for
 
     hidden = drafter.hidden_size or target_hidden
     heads = drafter.num_attention_heads
@@ -434,7 +434,7 @@ class Eagle3Drafter(nn.Module):
         (forward and backward) fewer, 12 % of the step's FLOPs at the Kimi shape. casts must
         then be made with split=True (memory.unroll_casts) or be None.
         """
-        from remote_agent.eagle3.drafter.memory import input_halves
+        from remote_agent.eagle3.drafter.model.memory import input_halves
 
         hidden = self.project(aux) if hidden0 is None else hidden0
         parts = None
@@ -486,7 +486,7 @@ class Eagle3Drafter(nn.Module):
         tokens: the step's input ids, their embeddings (StepInputs), or its rows of the input
         projections' embedding halves (a tuple: ttt's embed_once). casts: the layer's shared
         low-precision matrices (memory.SharedCasts) or None."""
-        from remote_agent.eagle3.drafter.memory import input_halves, layer_weights
+        from remote_agent.eagle3.drafter.model.memory import input_halves, layer_weights
 
         layer = self.midlayer
         # per step its own SharedCastCols nodes: each step's gradient reaches the fp32 sum alone

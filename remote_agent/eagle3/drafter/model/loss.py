@@ -176,7 +176,7 @@ def mm_into(total: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
     elif _addmm_fp32_works(total.device):
         torch.addmm(total, a, b, out_dtype=total.dtype, out=total)
     else:
-        from remote_agent.eagle3.drafter.memory import add_into
+        from remote_agent.eagle3.drafter.model.memory import add_into
 
         add_into(total, a @ b)
 

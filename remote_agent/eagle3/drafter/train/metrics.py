@@ -7,9 +7,9 @@ from typing import Any
 import torch
 
 from remote_agent.eagle3.distributed import Dist
-from remote_agent.eagle3.drafter.metrics_breakdown import Breakdown
-from remote_agent.eagle3.drafter.simulate import chain_acceptance
-from remote_agent.eagle3.drafter.ttt_step import StepOut
+from remote_agent.eagle3.drafter.train.metrics_breakdown import Breakdown
+from remote_agent.eagle3.drafter.train.simulate import chain_acceptance
+from remote_agent.eagle3.drafter.train.step import StepOut
 from remote_agent.eagle3.progress import emit
 
 

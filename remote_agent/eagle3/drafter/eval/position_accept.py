@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from remote_agent.eagle3.drafter.data import Batch, step_targets
-from remote_agent.eagle3.drafter.loss import teacher
-from remote_agent.eagle3.drafter.ttt_attention import TTTAttention
-from remote_agent.eagle3.drafter.ttt_step import chain_starts
+from remote_agent.eagle3.drafter.model.loss import teacher
+from remote_agent.eagle3.drafter.model.ttt_attention import TTTAttention
+from remote_agent.eagle3.drafter.train.data import Batch, step_targets
+from remote_agent.eagle3.drafter.train.step import chain_starts
 
 EDGES = (0, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)
 

@@ -9,7 +9,7 @@ which is what the query of draft step k sees in SGLang's chain (target context +
 draft tokens). SpecForge concatenates the K/V of all steps (KV length L*(k+1)) under one flex
 mask. Here the two parts are split: one causal/document attention over the step-0 keys that
 also returns its log-sum-exp, and the diagonal terms (k dot products per position) merged in
-closed form:
+closed form (merge.py):
 
     out = (e^lse0 * o0 + sum_j e^s_j v_j) / (e^lse0 + sum_j e^s_j),   s_j = q . k_j * scale
 
@@ -31,6 +31,8 @@ Backends for the causal part (all return (out, lse) with gradients through both)
 from __future__ import annotations
 
 import torch
+
+from remote_agent.eagle3.drafter.model.merge import _acc, _expand_kv, _merge_fn, merge_recomputed
 
 BLOCK = 128
 
@@ -60,7 +62,8 @@ class TTTAttention:
         compile_merge: bool = False,
     ):
         self.doc = doc
-        # memory.py: the fp32 merge keeps only its inputs and is recomputed in backward
+        # merge.merge_recomputed (memory.py's option): the fp32 merge keeps only its inputs
+        # and is recomputed in backward
         self.recompute_merge = recompute_merge
         # the merge as fused kernels (the trainer's compile on CUDA): eager, it is ~20 fp32
         # passes over [heads, L, d] per earlier step, forward and backward
@@ -112,58 +115,8 @@ class TTTAttention:
         if not ks:
             return o0
         if self.recompute_merge:
-            from remote_agent.eagle3.drafter.memory import merge_recomputed
-
             return merge_recomputed(o0, lse0, q, ks, vs, self.scale, merge=self.merge)
         return self.merge(o0, lse0, q, ks, vs, self.scale)
-
-
-def _expand_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
-    rep = heads // x.shape[1]
-    return x.repeat_interleave(rep, dim=1) if rep > 1 else x
-
-
-def _acc(x: torch.Tensor) -> torch.dtype:
-    """Accumulation dtype: at least fp32 (fp64 stays fp64 for gradient checks)."""
-    return torch.promote_types(x.dtype, torch.float32)
-
-
-def merge_diagonal(o0, lse0, q, ks, vs, scale: float) -> torch.Tensor:
-    """Fold the per-position keys of steps 1..k into the causal result (fp32 merge)."""
-    if not ks:
-        return o0
-    return merge_stacked(o0, lse0, q, torch.stack(ks, dim=3), torch.stack(vs, dim=3), scale)
-
-
-def merge_stacked(o0, lse0, q, kst, vst, scale: float) -> torch.Tensor:
-    """merge_diagonal with the earlier steps' keys and values stacked: [B, kv_heads, L, k, d]
-    (one compiled graph serves every k)."""
-    heads = q.shape[1]
-    acc = _acc(q)
-    qf = q.to(acc)
-    s = (qf.unsqueeze(3) * _expand_kv(kst, heads).to(acc)).sum(-1) * scale  # [B, h, L, k]
-    m = torch.maximum(lse0.to(acc), s.amax(-1))
-    w0 = torch.exp(lse0.to(acc) - m)
-    w = torch.exp(s - m.unsqueeze(-1))
-    num = w0.unsqueeze(-1) * o0.to(acc) + (w.unsqueeze(-1) * _expand_kv(vst, heads).to(acc)).sum(-2)
-    return (num / (w0 + w.sum(-1)).unsqueeze(-1)).to(q.dtype)
-
-
-def _merge_fn(compiled: bool):
-    """merge_diagonal, or the same with merge_stacked torch.compile'd (_merge_compiled)."""
-    return _merge_compiled if compiled else merge_diagonal
-
-
-def _merge_compiled(o0, lse0, q, ks, vs, scale: float) -> torch.Tensor:
-    """merge_diagonal through one compiled graph for every number of earlier steps, length and
-    row count (dynamic from the start, so under per-step checkpointing the recompute meets the
-    forward's graph: train.compile_layer); the stack stays outside it (its backward is views)."""
-    from remote_agent.eagle3.drafter.compiled import compiled_once
-
-    if not ks:
-        return o0
-    stacked = compiled_once(merge_stacked, dynamic=True)
-    return stacked(o0, lse0, q, torch.stack(ks, dim=3), torch.stack(vs, dim=3), scale)
 
 
 def _mask(doc: torch.Tensor, qpos: torch.Tensor, k_hi: int) -> torch.Tensor:
@@ -215,7 +168,7 @@ def _flex_fn(compiled: bool = True):
     (eager flex materialises the full scores)."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    from remote_agent.eagle3.drafter.compiled import compiled_once
+    from remote_agent.eagle3.drafter.model.compiled import compiled_once
 
     return compiled_once(flex_attention, dynamic=False) if compiled else flex_attention
 

@@ -13,9 +13,10 @@ its own query rows, so the result is exactly the single-rank attention of those 
     outs = drafter.ttt(aux[:, lo:hi], [ids[:, lo:hi] for ids in step_ids], positions[:, lo:hi],
                        attention, steps)
 
-`seq_parallel_step` is the whole training step of one sequence on top of it (teacher of the
-rank's rows plus a halo of `steps` final states, TTT unroll, soft CE normalised by the global
-valid counts, backward): seq_parallel_train.py, which `train.sequence_parallel` runs.
+The whole training step of one sequence on top of it (teacher of the rank's rows plus a halo of
+`steps` final states, TTT unroll, soft CE normalised by the global valid counts, backward) is
+train/seq_parallel_step.py's (`sp_forward_backward`, which `train.sequence_parallel` runs, and
+`seq_parallel_step` for a bare drafter).
 
 Backends: `chunked` (query blocks, recomputed in backward) and `dense` (reference), exactly as
 ttt_attention's. A ring variant would hold one remote block at a time instead of the gathered
@@ -27,12 +28,12 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from remote_agent.eagle3.drafter.ttt_attention import (
+from remote_agent.eagle3.drafter.model.merge import merge_diagonal, merge_recomputed
+from remote_agent.eagle3.drafter.model.ttt_attention import (
     BLOCK,
     _chunked_causal,
     _mask,
     _softmax_attend,
-    merge_diagonal,
 )
 
 
@@ -95,7 +96,7 @@ class SeqParallelAttention:
         group=None,
         recompute_merge: bool = False,
     ) -> None:
-        self.recompute_merge = recompute_merge  # memory.merge_recomputed, as TTTAttention's
+        self.recompute_merge = recompute_merge  # merge.merge_recomputed, as TTTAttention's
         if backend not in ("chunked", "dense"):
             raise ValueError(f"sequence parallel attention: backend {backend!r} (chunked|dense)")
         world = dist.get_world_size(group) if dist.is_initialized() else 1
@@ -137,40 +138,5 @@ class SeqParallelAttention:
     def __call__(self, q, k0, v0, ks, vs):
         o0, lse0 = self.causal(q, k0, v0)
         if self.recompute_merge and ks:
-            from remote_agent.eagle3.drafter.memory import merge_recomputed
-
             return merge_recomputed(o0, lse0, q, ks, vs, self.scale)
         return merge_diagonal(o0, lse0, q, ks, vs, self.scale)
-
-
-def seq_parallel_step(drafter, b, lm_head, steps: int, step_w: list[float], offsets, **kw):
-    """One packed sequence's TTT loss split across ranks, backward included (B = 1): the
-    trainer's step (seq_parallel_train.sp_forward_backward) for a bare drafter in fp32.
-
-    Returns (per-step weighted CE sums over all ranks, valid counts); after it, the parameter
-    gradients all-reduced with SUM equal the single-rank step's (ttt_step.forward_backward
-    without idle-row skipping). kw: backend, block, loss_chunk, teacher_chunk, group,
-    checkpoint (per-step activation checkpointing).
-    """
-    from contextlib import nullcontext
-
-    from remote_agent.eagle3.distributed import Dist
-    from remote_agent.eagle3.drafter.config import TrainSection
-    from remote_agent.eagle3.drafter.seq_parallel_train import sp_forward_backward
-    from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep
-
-    group = kw.get("group")
-    tc = TrainSection(
-        ttt_steps=steps, skip_idle_rows=False, loss_chunk=kw.get("loss_chunk", 2048),
-        teacher_chunk=kw.get("teacher_chunk", 1024), device="cpu",
-    )  # fmt: skip
-    ctx = StepContext(
-        TTTStep(drafter, steps, tc.loss_chunk, checkpoint_steps=kw.get("checkpoint", False)),
-        lm_head, drafter.draft_ids(), drafter.t2d, steps,
-        step_w, drafter.midlayer.self_attn.scale, kw.get("backend", "chunked"), nullcontext(),
-        False, Dist(dist.get_rank(group), dist.get_world_size(group)), tc,
-    )  # fmt: skip
-    out = sp_forward_backward(ctx, b, 0, offsets, kw.get("block", BLOCK), group)
-    sums = torch.stack([x.detach() for x in out.losses])
-    dist.all_reduce(sums, group=group)
-    return sums, out.counts

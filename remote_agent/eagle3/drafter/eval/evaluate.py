@@ -31,8 +31,8 @@ from typing import Any
 
 import torch
 
-from remote_agent.eagle3.drafter.contract import resolve_capture_ids
-from remote_agent.eagle3.drafter.eval_simulate import Forced, teacher_forced
+from remote_agent.eagle3.drafter.eval.teacher_forced import Forced, teacher_forced
+from remote_agent.eagle3.drafter.model.contract import resolve_capture_ids
 
 
 @dataclass
@@ -201,7 +201,7 @@ def load_prompts(
 ) -> list[list[int]]:
     """Prompts = each record's tokens before its first supervised (assistant) token."""
     from remote_agent.eagle3.data.records import iter_records
-    from remote_agent.eagle3.drafter.data import is_holdout
+    from remote_agent.eagle3.drafter.train.data import is_holdout
 
     prompts = []
     for _, _, rec in iter_records(Path(data)):
@@ -220,7 +220,7 @@ def load_prompts(
 
 def untrained_like(drafter, target_lm_head: torch.Tensor, seed: int = 0, std: float = 0.02):
     """A drafter as training starts it (same init) for the before/after comparison."""
-    from remote_agent.eagle3.drafter.model import Eagle3Drafter
+    from remote_agent.eagle3.drafter.model.model import Eagle3Drafter
 
     fresh = Eagle3Drafter(drafter.config)
     fresh.init_weights(std, torch.Generator().manual_seed(seed))
@@ -248,8 +248,8 @@ def run_eval(
     reference: str = "forward",
     seed: int = 0,
 ) -> dict[str, Any]:
-    from remote_agent.eagle3.drafter.export import load_export
-    from remote_agent.eagle3.drafter.synthetic import end_ids, load_target, text_config
+    from remote_agent.eagle3.drafter.eval.synthetic import end_ids, load_target, text_config
+    from remote_agent.eagle3.drafter.export.export import load_export
     from remote_agent.eagle3.errors import BadInput
 
     if topk != 1:
@@ -300,7 +300,7 @@ def run_eval(
             res.extra["forced"] = teacher_forced(target, dr, p, dec.tokens, steps)
             if reference == "full":
                 if i not in references:
-                    from remote_agent.eagle3.drafter.synthetic import greedy
+                    from remote_agent.eagle3.drafter.eval.synthetic import greedy
 
                     references[i] = greedy(model, p, max_new_tokens, eos)
                 res.reference_equal = references[i] == dec.tokens
@@ -337,7 +337,7 @@ def summarize(results: list[PromptResult], steps: int) -> dict[str, Any]:
             round(len(r.spec.tokens) / r.spec.verify_steps, 3) if r.spec.verify_steps else None
             for r in results
         ],
-        # the training-time simulation on these same output tokens (eval_simulate.py)
+        # the training-time simulation on these same output tokens (teacher_forced.py)
         "teacher_forced": forced_summary(results),
     }
 

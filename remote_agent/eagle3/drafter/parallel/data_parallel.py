@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from remote_agent.eagle3.distributed import Dist
-from remote_agent.eagle3.drafter.model import Eagle3Drafter
+from remote_agent.eagle3.drafter.model.model import Eagle3Drafter
 
 
 def wrap(step_module: nn.Module, d: Dist, parallel: str, bf16: bool) -> nn.Module:

@@ -1,9 +1,9 @@
 """Sequence parallelism as a `train` option (`train.sequence_parallel: true`, under torchrun).
 
 Every rank loads the same packed batch (the data plan of one rank) and trains its contiguous
-share of the positions (seq_parallel.split_offsets: any rank count, uneven shares): the teacher
+share of the positions (seq_attention.split_offsets: any rank count, uneven shares): the teacher
 of its rows plus a halo of `ttt_steps` final states, the TTT unroll of its rows (the causal
-attention all-gathers the step-0 keys and values: seq_parallel.SeqParallelAttention), the soft
+attention all-gathers the step-0 keys and values: seq_attention.SeqParallelAttention), the soft
 CE of its rows normalised by the valid counts of all ranks, backward; then the parameter
 gradients are summed over ranks (one all-reduce) and every rank takes the same optimizer step.
 The sum equals the single-rank step's gradient, so a run on N ranks trains what one rank would
@@ -13,7 +13,7 @@ the gathered step-0 K/V and the batch's small per-position tensors. Collectives 
 all-gather of the step-0 K/V (also under per-step checkpointing), one reduce-scatter of its
 gradient, the valid counts, and one in-place all-reduce per parameter gradient.
 
-The result is a train.StepOut over the whole batch in which rows of other ranks carry no weight
+The result is a step.StepOut over the whole batch in which rows of other ranks carry no weight
 (argmax -1, chain starts off), so the metrics window sums every rank's share exactly once.
 Attention: the chunked kernel (or dense); flex is not split across ranks yet.
 """
@@ -21,23 +21,27 @@ Attention: the chunked kernel (or dense); flex is not split across ranks yet.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from functools import partial
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from remote_agent.eagle3.drafter.data import StepTargets, step_targets, step_tokens
-from remote_agent.eagle3.drafter.loss import HeadGrad, Teacher, soft_ce_scaled, teacher
-from remote_agent.eagle3.drafter.memory import check_handed_over, recomputed, unroll_casts
-from remote_agent.eagle3.drafter.model import StepInputs
-from remote_agent.eagle3.drafter.seq_parallel import SeqParallelAttention
-from remote_agent.eagle3.drafter.simulate import chain_depth
-from remote_agent.eagle3.drafter.ttt_attention import BLOCK
-from remote_agent.eagle3.drafter.ttt_step import (
+from remote_agent.eagle3.distributed import Dist
+from remote_agent.eagle3.drafter.model.loss import HeadGrad, Teacher, soft_ce_scaled, teacher
+from remote_agent.eagle3.drafter.model.memory import check_handed_over, recomputed, unroll_casts
+from remote_agent.eagle3.drafter.model.model import StepInputs
+from remote_agent.eagle3.drafter.model.ttt_attention import BLOCK
+from remote_agent.eagle3.drafter.parallel.seq_attention import SeqParallelAttention
+from remote_agent.eagle3.drafter.train.config import TrainSection
+from remote_agent.eagle3.drafter.train.data import StepTargets, step_targets, step_tokens
+from remote_agent.eagle3.drafter.train.simulate import chain_depth
+from remote_agent.eagle3.drafter.train.step import (
     RowPlan,
     StepContext,
     StepOut,
+    TTTStep,
     chain_starts,
     step_scales,
     teacher_head,
@@ -52,7 +56,7 @@ def sp_backend(backend: str) -> str:
 def sp_forward_backward(
     c: StepContext, b, step: int, offsets: list[int], block: int = BLOCK, group=None
 ) -> StepOut:
-    """ttt_step.forward_backward of this rank's rows (B = 1, no idle-row skipping)."""
+    """step.forward_backward of this rank's rows (B = 1, no idle-row skipping)."""
     tc, n, steps = c.tc, b.input_ids.shape[1], c.steps
     rank = dist.get_rank(group)
     if n < len(offsets) - 1:
@@ -132,6 +136,32 @@ def sp_forward_backward(
     return StepOut(
         losses, args, weights, counts, mine, Teacher(None, argmax, in_draft), sim_valid, plan
     )
+
+
+def seq_parallel_step(drafter, b, lm_head, steps: int, step_w: list[float], offsets, **kw):
+    """One packed sequence's TTT loss split across ranks, backward included (B = 1): the
+    trainer's step (sp_forward_backward) for a bare drafter in fp32.
+
+    Returns (per-step weighted CE sums over all ranks, valid counts); after it, the parameter
+    gradients all-reduced with SUM equal the single-rank step's (step.forward_backward
+    without idle-row skipping). kw: backend, block, loss_chunk, teacher_chunk, group,
+    checkpoint (per-step activation checkpointing).
+    """
+    group = kw.get("group")
+    tc = TrainSection(
+        ttt_steps=steps, skip_idle_rows=False, loss_chunk=kw.get("loss_chunk", 2048),
+        teacher_chunk=kw.get("teacher_chunk", 1024), device="cpu",
+    )  # fmt: skip
+    ctx = StepContext(
+        TTTStep(drafter, steps, tc.loss_chunk, checkpoint_steps=kw.get("checkpoint", False)),
+        lm_head, drafter.draft_ids(), drafter.t2d, steps,
+        step_w, drafter.midlayer.self_attn.scale, kw.get("backend", "chunked"), nullcontext(),
+        False, Dist(dist.get_rank(group), dist.get_world_size(group)), tc,
+    )  # fmt: skip
+    out = sp_forward_backward(ctx, b, 0, offsets, kw.get("block", BLOCK), group)
+    sums = torch.stack([x.detach() for x in out.losses])
+    dist.all_reduce(sums, group=group)
+    return sums, out.counts
 
 
 def all_reduce_grads(params: Sequence[torch.Tensor], group=None) -> None:

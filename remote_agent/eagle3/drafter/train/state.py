@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from remote_agent.eagle3.distributed import Dist
-from remote_agent.eagle3.drafter import checkpoint as ckpt
-from remote_agent.eagle3.drafter.config import Config
-from remote_agent.eagle3.drafter.context import target_context_length
-from remote_agent.eagle3.drafter.data import Plan
-from remote_agent.eagle3.drafter.model import Eagle3Drafter
-from remote_agent.eagle3.drafter.parallel import full_state
+from remote_agent.eagle3.drafter.model.context import target_context_length
+from remote_agent.eagle3.drafter.model.model import Eagle3Drafter
+from remote_agent.eagle3.drafter.parallel.data_parallel import full_state
+from remote_agent.eagle3.drafter.train import checkpoint as ckpt
+from remote_agent.eagle3.drafter.train.config import Config
+from remote_agent.eagle3.drafter.train.data import Plan
 from remote_agent.eagle3.errors import BadInput, Failed
 
 

@@ -1,12 +1,12 @@
 """The training loop: read it top to bottom.
 
 setup (distributed, device, data plan, target lm_head + embedding, vocab mapping, drafter,
-optimizer, schedule, resume) -> for each packed batch: `forward_backward` (ttt_step.py: teacher
+optimizer, schedule, resume) -> for each packed batch: `forward_backward` (step.py: teacher
 from the stored final hidden states, TTT unroll, weighted soft CE per step, backward), clip,
 AdamW step -> metrics and progress lines, atomic checkpoints. Runs alone or under torchrun
-(DDP; FSDP2 with `train.parallel: fsdp`; parallel.py; or every rank a share of the same long
-batch with `train.sequence_parallel`: seq_parallel_train.py). Resume and checkpoint state:
-train_state.py; the metric window: train_metrics.py.
+(DDP; FSDP2 with `train.parallel: fsdp`; parallel/data_parallel.py; or every rank a share of the
+same long batch with `train.sequence_parallel`: seq_parallel_step.py). Resume and checkpoint
+state: state.py; the metric window: metrics.py.
 """
 
 from __future__ import annotations
@@ -23,27 +23,27 @@ import torch
 
 from remote_agent.eagle3.atomic import write_bytes_atomic
 from remote_agent.eagle3.distributed import Dist
-from remote_agent.eagle3.drafter import checkpoint as ckpt
-from remote_agent.eagle3.drafter import train_state
-from remote_agent.eagle3.drafter.config import Config
-from remote_agent.eagle3.drafter.context import target_context_length
-from remote_agent.eagle3.drafter.data import Loader, Plan, load_vocab
-from remote_agent.eagle3.drafter.finite import FiniteWatch
-from remote_agent.eagle3.drafter.loss import load_target_tensor
-from remote_agent.eagle3.drafter.memory import HostWeight
-from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
-from remote_agent.eagle3.drafter.multinode import check_shared_out
-from remote_agent.eagle3.drafter.parallel import load_optimizer, trainable_count, wrap
-from remote_agent.eagle3.drafter.seq_parallel import split_offsets
-from remote_agent.eagle3.drafter.seq_parallel_train import (
+from remote_agent.eagle3.drafter.model.context import target_context_length
+from remote_agent.eagle3.drafter.model.loss import load_target_tensor
+from remote_agent.eagle3.drafter.model.memory import HostWeight
+from remote_agent.eagle3.drafter.model.model import Eagle3Drafter, build_config
+from remote_agent.eagle3.drafter.model.ttt_attention import pick_backend
+from remote_agent.eagle3.drafter.parallel.data_parallel import load_optimizer, trainable_count, wrap
+from remote_agent.eagle3.drafter.parallel.multinode import check_shared_out
+from remote_agent.eagle3.drafter.parallel.seq_attention import split_offsets
+from remote_agent.eagle3.drafter.train import checkpoint as ckpt
+from remote_agent.eagle3.drafter.train import state as train_state
+from remote_agent.eagle3.drafter.train.config import Config
+from remote_agent.eagle3.drafter.train.data import Loader, Plan, load_vocab
+from remote_agent.eagle3.drafter.train.finite import FiniteWatch
+from remote_agent.eagle3.drafter.train.metrics import Window
+from remote_agent.eagle3.drafter.train.seq_parallel_step import (
     all_reduce_grads,
     sp_backend,
     sp_forward_backward,
 )
-from remote_agent.eagle3.drafter.simulate import chain_depth
-from remote_agent.eagle3.drafter.train_metrics import Window
-from remote_agent.eagle3.drafter.ttt_attention import pick_backend
-from remote_agent.eagle3.drafter.ttt_step import (  # noqa: F401  (re-exported for benches)
+from remote_agent.eagle3.drafter.train.simulate import chain_depth
+from remote_agent.eagle3.drafter.train.step import (  # noqa: F401  (re-exported for benches)
     RowPlan,
     StepContext,
     StepOut,
@@ -55,80 +55,6 @@ from remote_agent.eagle3.extraction.identity import check_identity
 from remote_agent.eagle3.progress import Progress
 
 _Window = Window  # the old private name (tests)
-
-
-def cpu_threads() -> None:
-    """CPU runs are tiny models (tests, demo): one thread per process unless OMP_NUM_THREADS is
-    set; oversubscribed threads on a shared 2-core box are slower by an order of magnitude."""
-    if "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(1)
-
-
-def compile_layer(drafter: Eagle3Drafter, checkpointed: bool) -> None:
-    """torch.compile the layer halves and the norm before the draft lm_head. Under per-step
-    checkpointing the recompute must meet the graph the forward used: with one dynamic-shape
-    graph from the start, a static graph (first shape) and a later dynamic one can never be
-    picked differently (pytorch issue 166926). The norm meets a new row count at every TTT
-    step (and is recomputed under recompute_elementwise): dynamic from the start as well. The
-    TTT merge is compiled by the attention itself (ttt_attention._merge_fn)."""
-    dynamic = True if checkpointed else None
-    drafter.midlayer.pre = torch.compile(drafter.midlayer.pre, dynamic=dynamic)
-    drafter.midlayer.pre_parts = torch.compile(drafter.midlayer.pre_parts, dynamic=dynamic)
-    drafter.midlayer.post = torch.compile(drafter.midlayer.post, dynamic=dynamic)
-    drafter.norm.forward = torch.compile(drafter.norm.forward, dynamic=True)
-
-
-def resolved_options(tc, world: int, device_type: str) -> tuple[bool, bool]:
-    """(cast_weights_once, compiled) as this run applies them: cast_weights_once null = on unless
-    FSDP shards the layer across ranks (its own mixed-precision casts; true there is an error);
-    compiled = the layer, norm, merge and soft CE compiled (CUDA and train.compile)."""
-    sharded = tc.parallel == "fsdp" and world > 1
-    if tc.cast_weights_once and sharded:
-        raise BadInput("train.cast_weights_once does not combine with train.parallel: fsdp")
-    cast_once = not sharded if tc.cast_weights_once is None else bool(tc.cast_weights_once)
-    return cast_once, device_type == "cuda" and tc.compile
-
-
-def lr_lambda(total: int, warmup: int, min_ratio: float):
-    """Linear warmup to 1, then cosine down to min_ratio at `total` steps."""
-
-    def f(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / max(1, warmup)
-        progress = min(1.0, (step - warmup) / max(1, total - warmup))
-        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-    return f
-
-
-def build_drafter(cfg: Config, meta, vocab_size: int, d2t, t2d, embed, lm_head, seed: int):
-    aux_ids = cfg.drafter.aux_layer_ids or list(meta.aux_layer_ids)
-    if len(aux_ids) != meta.num_aux:
-        raise BadInput(
-            f"drafter.aux_layer_ids has {len(aux_ids)} ids but the dump holds {meta.num_aux} aux layers"
-        )
-    try:
-        mcfg = build_config(
-            cfg.drafter,
-            target_hidden=meta.hidden_size,
-            vocab_size=vocab_size,
-            draft_vocab_size=d2t.numel(),
-            aux_layer_ids=aux_ids,
-            target_context=target_context_length(Path(cfg.target.path)),
-        )
-    except ValueError as exc:
-        raise BadInput(f"drafter config / dump capture ids: {exc}") from None
-    model = Eagle3Drafter(mcfg)
-    g = torch.Generator().manual_seed(seed)
-    model.init_weights(cfg.drafter.init_std, g)
-    model.set_vocab(d2t, t2d)
-    with torch.no_grad():
-        if mcfg["hidden_size"] == meta.hidden_size:
-            model.embed_tokens.weight.copy_(embed.float())
-            if cfg.drafter.init_lm_head_from_target:
-                model.lm_head.weight.copy_(lm_head.float()[model.draft_ids()])
-    model.capture_layer_ids = list(aux_ids)
-    return model
 
 
 def train(cfg: Config) -> dict[str, Any]:
@@ -269,7 +195,7 @@ def train(cfg: Config) -> dict[str, Any]:
 
 
 # -------------------------------------------------------------------------------------------
-# setup pieces, in the order train() calls them
+# its pieces, in the order train() calls them (each followed by those it calls)
 
 
 def _devices(tc) -> tuple[Dist, bool, str]:
@@ -286,10 +212,22 @@ def _devices(tc) -> tuple[Dist, bool, str]:
     return d, bf16, pick_backend(tc.attention, d.device)
 
 
-def _online():
-    from remote_agent.eagle3.online import source
+def cpu_threads() -> None:
+    """CPU runs are tiny models (tests, demo): one thread per process unless OMP_NUM_THREADS is
+    set; oversubscribed threads on a shared 2-core box are slower by an order of magnitude."""
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)
 
-    return source
+
+def resolved_options(tc, world: int, device_type: str) -> tuple[bool, bool]:
+    """(cast_weights_once, compiled) as this run applies them: cast_weights_once null = on unless
+    FSDP shards the layer across ranks (its own mixed-precision casts; true there is an error);
+    compiled = the layer, norm, merge and soft CE compiled (CUDA and train.compile)."""
+    sharded = tc.parallel == "fsdp" and world > 1
+    if tc.cast_weights_once and sharded:
+        raise BadInput("train.cast_weights_once does not combine with train.parallel: fsdp")
+    cast_once = not sharded if tc.cast_weights_once is None else bool(tc.cast_weights_once)
+    return cast_once, device_type == "cuda" and tc.compile
 
 
 def _plan(cfg: Config, d: Dist, world: int) -> Plan:
@@ -321,12 +259,10 @@ def _plan(cfg: Config, d: Dist, world: int) -> Plan:
     return plan
 
 
-def _lm_head_on_host(tc, device_type: str, sp: bool) -> bool:
-    """train.lm_head_on_host as this run applies it: null = on with CUDA, off under sequence
-    parallelism (every rank's teacher of its rows: kept on the device)."""
-    if tc.lm_head_on_host is None:
-        return device_type == "cuda" and not sp
-    return bool(tc.lm_head_on_host)
+def _online():
+    from remote_agent.eagle3.online import source
+
+    return source
 
 
 def _embed_on_host(cfg: Config, world: int) -> bool:
@@ -376,6 +312,50 @@ def _target_and_drafter(cfg: Config, plan: Plan, device, bf16: bool, host_embed:
     return drafter, lm_head.to(device), f"{d2t.numel()}/{vocab_size}", host
 
 
+def build_drafter(cfg: Config, meta, vocab_size: int, d2t, t2d, embed, lm_head, seed: int):
+    aux_ids = cfg.drafter.aux_layer_ids or list(meta.aux_layer_ids)
+    if len(aux_ids) != meta.num_aux:
+        raise BadInput(
+            f"drafter.aux_layer_ids has {len(aux_ids)} ids but the dump holds {meta.num_aux} aux layers"
+        )
+    try:
+        mcfg = build_config(
+            cfg.drafter,
+            target_hidden=meta.hidden_size,
+            vocab_size=vocab_size,
+            draft_vocab_size=d2t.numel(),
+            aux_layer_ids=aux_ids,
+            target_context=target_context_length(Path(cfg.target.path)),
+        )
+    except ValueError as exc:
+        raise BadInput(f"drafter config / dump capture ids: {exc}") from None
+    model = Eagle3Drafter(mcfg)
+    g = torch.Generator().manual_seed(seed)
+    model.init_weights(cfg.drafter.init_std, g)
+    model.set_vocab(d2t, t2d)
+    with torch.no_grad():
+        if mcfg["hidden_size"] == meta.hidden_size:
+            model.embed_tokens.weight.copy_(embed.float())
+            if cfg.drafter.init_lm_head_from_target:
+                model.lm_head.weight.copy_(lm_head.float()[model.draft_ids()])
+    model.capture_layer_ids = list(aux_ids)
+    return model
+
+
+def compile_layer(drafter: Eagle3Drafter, checkpointed: bool) -> None:
+    """torch.compile the layer halves and the norm before the draft lm_head. Under per-step
+    checkpointing the recompute must meet the graph the forward used: with one dynamic-shape
+    graph from the start, a static graph (first shape) and a later dynamic one can never be
+    picked differently (pytorch issue 166926). The norm meets a new row count at every TTT
+    step (and is recomputed under recompute_elementwise): dynamic from the start as well. The
+    TTT merge is compiled by the attention itself (merge._merge_fn)."""
+    dynamic = True if checkpointed else None
+    drafter.midlayer.pre = torch.compile(drafter.midlayer.pre, dynamic=dynamic)
+    drafter.midlayer.pre_parts = torch.compile(drafter.midlayer.pre_parts, dynamic=dynamic)
+    drafter.midlayer.post = torch.compile(drafter.midlayer.post, dynamic=dynamic)
+    drafter.norm.forward = torch.compile(drafter.norm.forward, dynamic=True)
+
+
 def _optimizer(params, tc, total_steps: int, device):
     opt = torch.optim.AdamW(
         params,
@@ -388,6 +368,18 @@ def _optimizer(params, tc, total_steps: int, device):
     warmup = tc.warmup_steps if tc.warmup_steps is not None else int(tc.warmup_ratio * total_steps)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(total_steps, warmup, tc.min_lr_ratio))
     return opt, sched
+
+
+def lr_lambda(total: int, warmup: int, min_ratio: float):
+    """Linear warmup to 1, then cosine down to min_ratio at `total` steps."""
+
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / max(1, warmup)
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return f
 
 
 def _announce(cfg, out_dir, drafter, plan, d, steps, backend, bf16):
@@ -406,6 +398,18 @@ def _announce(cfg, out_dir, drafter, plan, d, steps, backend, bf16):
     )
 
 
+def _write_json(path: Path, obj: Any) -> None:
+    write_bytes_atomic(path, (json.dumps(obj, indent=1, default=str) + "\n").encode())
+
+
+def _lm_head_on_host(tc, device_type: str, sp: bool) -> bool:
+    """train.lm_head_on_host as this run applies it: null = on with CUDA, off under sequence
+    parallelism (every rank's teacher of its rows: kept on the device)."""
+    if tc.lm_head_on_host is None:
+        return device_type == "cuda" and not sp
+    return bool(tc.lm_head_on_host)
+
+
 def _latest(ckpt_dir: Path) -> str | None:
     latest = ckpt.latest(ckpt_dir)
     return str(latest) if latest else None
@@ -414,7 +418,3 @@ def _latest(ckpt_dir: Path) -> str | None:
 def _grad_norm(params) -> torch.Tensor:
     grads = [p.grad.detach().float().norm() for p in params if p.grad is not None]
     return torch.stack(grads).norm() if grads else torch.zeros(())
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    write_bytes_atomic(path, (json.dumps(obj, indent=1, default=str) + "\n").encode())

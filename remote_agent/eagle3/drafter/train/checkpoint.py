@@ -6,7 +6,7 @@
         meta.json     step, position, config (human-readable; written last = completion marker)
     OUT/checkpoints/latest   name of the newest complete checkpoint
 
-A checkpoint is written into a hidden temp directory (remote_agent.atomic_write), fsynced and
+A checkpoint is written into a hidden temp directory (remote_agent.wire.atomic_write), fsynced and
 renamed; a crash leaves either the old set or the new one. `latest` is advisory: the newest complete `step-*` directory wins.
 """
 

@@ -38,30 +38,30 @@ from typing import Any
 
 import torch
 
-from remote_agent.eagle3.drafter.data import step_tokens
-from remote_agent.eagle3.drafter.loss import (
+from remote_agent.eagle3.drafter.model.loss import (
     HeadGrad,
     Teacher,
     soft_ce_scaled,
     teacher_probs,
 )
-from remote_agent.eagle3.drafter.memory import (
+from remote_agent.eagle3.drafter.model.memory import (
     check_handed_over,
     layer_weights,
     recomputed,
     unroll_casts,
 )
-from remote_agent.eagle3.drafter.model import StepInputs
-from remote_agent.eagle3.drafter.ttt_attention import (
+from remote_agent.eagle3.drafter.model.merge import _merge_fn
+from remote_agent.eagle3.drafter.model.model import StepInputs
+from remote_agent.eagle3.drafter.model.ttt_attention import (
     BLOCK,
     TTTAttention,
     _chunked_causal,
     _flex_causal,
     _mask,
-    _merge_fn,
     _softmax_attend,
     flex_block_mask_range,
 )
+from remote_agent.eagle3.drafter.train.data import step_tokens
 
 
 def shard_bounds(n: int, shard: int) -> list[tuple[int, int]]:
@@ -135,7 +135,7 @@ def _step0_keys(d, h0, emb0, positions, casts, bounds):
 def sharded_forward_backward(
     c, b, aux: torch.Tensor, weights, scales: torch.Tensor, tch, draft_rows: torch.Tensor
 ):
-    """ttt_step.forward_backward's unroll, loss and backward in query shards (the module
+    """step.forward_backward's unroll, loss and backward in query shards (the module
     docstring). aux: the step's aux (noise added); weights, scales: the loss weights and each
     TTT step's scale (weight / valid count) of the whole batch; tch: its teacher (argmax,
     in_draft); draft_rows: the draft vocabulary's rows of the target lm_head (each shard's p)."""

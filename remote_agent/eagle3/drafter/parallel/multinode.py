@@ -52,7 +52,7 @@ def check_shared_out(d: Dist, out_dir: Path, resume_from: Path | None) -> None:
         raise BadInput(
             f"train.out {out_dir}: rank(s) {blind} do not see rank 0's files there; checkpoints "
             "are written by rank 0 and read by every rank, so put train.out on storage every "
-            "node shares (see remote_agent/eagle3/drafter/multinode.py)"
+            "node shares (see remote_agent/eagle3/drafter/parallel/multinode.py)"
         )
     chosen = {v[2] for v in views}
     if len(chosen) > 1:

@@ -43,11 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from remote_agent.eagle3.drafter.export import export_checkpoint
+    from remote_agent.eagle3.drafter.export.export import export_checkpoint
     from remote_agent.eagle3.progress import emit
 
     if args.init:
-        from remote_agent.eagle3.drafter.init_export import init_export
+        from remote_agent.eagle3.drafter.export.untrained import init_export
         from remote_agent.eagle3.errors import BadInput
 
         if args.checkpoint or not (args.config and args.target):

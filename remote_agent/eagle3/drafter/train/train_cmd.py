@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from remote_agent.eagle3.drafter import config as config_mod
+    from remote_agent.eagle3.drafter.train import config as config_mod
     from remote_agent.eagle3.errors import BadInput
     from remote_agent.eagle3.progress import emit
 
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
             overrides.append(f"{key}={json.dumps(value)}")
     cfg = config_mod.load(Path(args.config), overrides)
 
-    from remote_agent.eagle3.drafter.train import train
+    from remote_agent.eagle3.drafter.train.loop import train
 
     result = train(cfg)
     import os

@@ -380,7 +380,7 @@ def from_dict(data: Any, source: str = "<config>") -> Config:
     )
 
 
-EXAMPLES = Path(__file__).resolve().parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"  # drafter/examples/
 
 
 def resolve_config_path(path: Path) -> Path:

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from remote_agent.eagle3.drafter.evaluate import run_eval
+    from remote_agent.eagle3.drafter.eval.evaluate import run_eval
     from remote_agent.eagle3.errors import Failed
     from remote_agent.eagle3.progress import emit
 
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     )
     if device == "cpu":
-        from remote_agent.eagle3.drafter.train import cpu_threads
+        from remote_agent.eagle3.drafter.train.loop import cpu_threads
 
         cpu_threads()
     holdout = args.holdout_fraction

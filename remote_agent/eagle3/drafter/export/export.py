@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from remote_agent.eagle3.drafter import contract
-from remote_agent.eagle3.drafter.context import target_context_length
+from remote_agent.eagle3.drafter.model import contract
+from remote_agent.eagle3.drafter.model.context import target_context_length
 from remote_agent.eagle3.errors import BadInput, Failed
 from remote_agent.wire.atomic_write import atomic_path
 
@@ -60,11 +60,11 @@ def export_checkpoint(
     """`target` (its config.json) overrides the context length recorded at training."""
     from safetensors.torch import save_file
 
-    from remote_agent.eagle3.drafter.checkpoint import load
+    from remote_agent.eagle3.drafter.train.checkpoint import load
 
     ckpt_dir, out = Path(ckpt_dir), Path(out)
     if (ckpt_dir / "checkpoints").is_dir():  # a run directory: take its newest checkpoint
-        from remote_agent.eagle3.drafter.checkpoint import latest
+        from remote_agent.eagle3.drafter.train.checkpoint import latest
 
         found = latest(ckpt_dir / "checkpoints")
         if found is None:
@@ -136,7 +136,7 @@ def load_export(path: Path, device="cpu", dtype=torch.float32):
     """An exported directory -> (Eagle3Drafter without embedding weights set, config)."""
     from safetensors.torch import load_file
 
-    from remote_agent.eagle3.drafter.model import Eagle3Drafter
+    from remote_agent.eagle3.drafter.model.model import Eagle3Drafter
 
     path = Path(path)
     if not (path / "config.json").exists():

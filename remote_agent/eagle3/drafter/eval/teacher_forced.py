@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from remote_agent.eagle3.drafter.simulate import chain_acceptance
-from remote_agent.eagle3.drafter.ttt_attention import TTTAttention, pick_backend
+from remote_agent.eagle3.drafter.model.ttt_attention import TTTAttention, pick_backend
+from remote_agent.eagle3.drafter.train.simulate import chain_acceptance
 
 
 @dataclass
