@@ -58,7 +58,7 @@ def main() -> int:
     import torch
 
     from remote_agent.eagle3.drafter.eval.synthetic import build_inputs
-    from remote_agent.eagle3.tiny import ensure_tiny
+    from remote_agent.eagle3.tiny.cache import ensure_tiny
 
     root = Path(tempfile.mkdtemp(prefix="bench-multibox-"))
     target = ensure_tiny("ci")

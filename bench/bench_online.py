@@ -229,7 +229,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument(
-        "--preset", default="ci", help="tiny target preset (remote_agent/eagle3/tiny.py)"
+        "--preset", default="ci", help="tiny target preset (remote_agent/eagle3/tiny/deepseek.py)"
     )
     ap.add_argument("--samples", type=int, default=48)
     ap.add_argument("--epochs", type=int, default=2)
@@ -287,7 +287,7 @@ def main() -> int:
         dump = None  # the server writes it during the online run
         extraction: dict = {"wall_s": None}
     else:
-        from remote_agent.eagle3.tiny import ensure_tiny
+        from remote_agent.eagle3.tiny.cache import ensure_tiny
 
         target = ensure_tiny(args.preset)
         vocab = json.loads((target / "config.json").read_text())["vocab_size"]

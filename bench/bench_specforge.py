@@ -517,7 +517,7 @@ def run_acceptance(args) -> dict:
     import torch
 
     from remote_agent.eagle3.drafter.eval.synthetic import build_inputs
-    from remote_agent.eagle3.tiny import ensure_tiny
+    from remote_agent.eagle3.tiny.cache import ensure_tiny
 
     work = Path(args.work)
     device = args.device

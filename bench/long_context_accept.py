@@ -48,7 +48,7 @@ def spread(n: int, lo: int, hi: int, seed: int) -> list[int]:
 
 
 def tiny_target(args, work: Path) -> tuple[Path, dict]:
-    from remote_agent.eagle3.tiny import ensure_tiny
+    from remote_agent.eagle3.tiny.cache import ensure_tiny
 
     if args.tiny or args.target_steps == 0:
         return ensure_tiny("ci" if args.tiny else "gpu"), {"trained_steps": 0}

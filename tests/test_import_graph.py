@@ -24,9 +24,6 @@ PACKAGES = ("runbook", "eagle_tui", "remote_agent")
 
 # each a set of repo-relative files; the reason for each is in docs/ARCHITECTURE.md
 KNOWN: list[frozenset[str]] = [
-    frozenset(  # the tiny target's presets name the Kimi wrapper builder and it reuses theirs
-        {"remote_agent/eagle3/tiny.py", "remote_agent/eagle3/tiny_kimi.py"}
-    ),
     frozenset(  # the dump reader asks the sharding module for a root's shards (lazy, both ways)
         {"remote_agent/eagle3/dense.py", "remote_agent/eagle3/extraction/sharding.py"}
     ),

@@ -37,7 +37,7 @@ COMMANDS: dict[str, str] = {
     "serve-check": "remote_agent.eagle3.serving.serve_check_cmd",
     "accept": "remote_agent.eagle3.serving.accept_cmd",
     # tiny targets for the demo and GPU runs
-    "build-tiny": "remote_agent.eagle3.tiny_cmd",
+    "build-tiny": "remote_agent.eagle3.tiny.build_tiny_cmd",
 }
 
 _HELP: dict[str, str] = {

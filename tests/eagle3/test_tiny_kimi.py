@@ -1,4 +1,4 @@
-"""The tiny Kimi-K2.5-shaped target (remote_agent/eagle3/tiny_kimi.py), on CPU with real
+"""The tiny Kimi-K2.5-shaped target (remote_agent/eagle3/tiny/kimi.py), on CPU with real
 transformers 5.17, real tiktoken and SGLang 0.5.14's own config class (from the PyPI wheel):
 the wrapper config, the released weight layout, the tiktoken remote-code tokenizer (round trips,
 special tokens at turn boundaries, loss masks without offsets, identity hash), and the
@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("tiktoken")
 
-from remote_agent.eagle3 import tiny_kimi  # noqa: E402
+from remote_agent.eagle3.tiny import kimi as tiny_kimi  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -245,7 +245,7 @@ def stage_kernels(device: str) -> dict:
 def build_target(device: str, target: str | None) -> Path:
     if target:
         return Path(target)
-    from remote_agent.eagle3.tiny import ensure_tiny
+    from remote_agent.eagle3.tiny.cache import ensure_tiny
 
     return ensure_tiny("gpu" if device == "cuda" else "ci")
 

@@ -261,7 +261,7 @@ def test_server_info_records_the_served_context_length(check, tmp_path):
 
 def test_kimi_gpu_preset_has_kimis_mla_dims_and_context():
     """The target the GPU check builds: Kimi-K2.5's MLA head dims and context settings."""
-    from remote_agent.eagle3 import tiny
+    from remote_agent.eagle3.tiny import deepseek as tiny
 
     c = tiny.deepseek_config(tiny.PRESETS["kimi-gpu"], 16384, 2, 3)
     assert (c.kv_lora_rank, c.qk_rope_head_dim, c.qk_nope_head_dim, c.v_head_dim) == (

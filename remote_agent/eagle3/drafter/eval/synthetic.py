@@ -74,7 +74,7 @@ def text_config(model) -> Any:
 def prompts_from_stdlib(tok, n: int, prompt_tokens: int | list[int], seed: int) -> list[list[int]]:
     """n chat-templated user turns, each a random window of stdlib source (generation prompt on);
     prompt_tokens: one cap for all, or one per prompt (long prompts take longer windows)."""
-    from remote_agent.eagle3.tiny import stdlib_corpus
+    from remote_agent.eagle3.tiny.deepseek import stdlib_corpus
 
     caps = [prompt_tokens] * n if isinstance(prompt_tokens, int) else list(prompt_tokens)
     lines = [ln for text in stdlib_corpus(400_000) for ln in text.splitlines() if ln.strip()]

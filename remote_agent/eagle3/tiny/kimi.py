@@ -8,7 +8,7 @@ What makes it Kimi-shaped, the way both HF transformers 5.17 and SGLang 0.5.14 l
   `language_model.lm_head.weight`, `vision_tower.*`, `mm_projector.proj.{0,2}.*` (transformers'
   own save writes `language_model.model.blocks.N`, which SGLang cannot load: renamed here);
 - a tiktoken tokenizer with remote code: `tiktoken.model` (a BPE trained here, ranks in merge
-  order), `tokenization_kimi.py` (tiny_kimi_remote/), Kimi's special tokens at Kimi's offsets in
+  order), `tokenization_kimi.py` (kimi_remote/), Kimi's special tokens at Kimi's offsets in
   the 256 reserved ids after the base vocabulary, `chat_template.jinja` with thinking and tool
   calls;
 - `kimi_k25_processor.py` + preprocessor_config.json: SGLang builds the multimodal processor of a
@@ -23,9 +23,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-REMOTE = Path(__file__).resolve().parent / "tiny_kimi_remote"
+REMOTE = Path(__file__).resolve().parent / "kimi_remote"
 ARCHITECTURE = "KimiK25ForConditionalGeneration"
 TEXT_ARCHITECTURE = "DeepseekV3ForCausalLM"
+# the Kimi-K2.5-shaped presets: `KimiK25ForConditionalGeneration` around the named
+# deepseek.PRESETS DeepSeek-V3, with a tiktoken tokenizer; the base vocabulary leaves Kimi's 256
+# reserved special ids on top, so the model vocabulary is the preset's
+KIMI_WRAPPED = {"kimi-k25-ci": "ci", "kimi-k25-gpu": "kimi-gpu"}
 # Kimi's special tokens by offset from the base vocabulary (163584 in the real tokenizer:
 # [BOS] 163584, <|im_end|> 163586, <|media_pad|> 163605 = media_placeholder_token_id, ...)
 SPECIAL_OFFSETS = {
@@ -109,7 +113,7 @@ MEDIA_PROC_CFG = {
 
 def _unicode_to_byte() -> dict[str, int]:
     # the remote tokenizer's own byte alphabet: one definition for both sides
-    from remote_agent.eagle3.tiny_kimi_remote.tokenization_kimi import byte_alphabet
+    from remote_agent.eagle3.tiny.kimi_remote.tokenization_kimi import byte_alphabet
 
     return {c: b for b, c in byte_alphabet().items()}
 
@@ -118,7 +122,7 @@ def build_tokenizer(out_dir: Path, base_vocab: int, corpus_bytes: int = 3_000_00
     """Train a byte-level BPE on stdlib sources and write it the way Kimi ships its tokenizer."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    from remote_agent.eagle3.tiny import stdlib_corpus
+    from remote_agent.eagle3.tiny.deepseek import stdlib_corpus
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -288,7 +292,7 @@ def build_target(out_dir: Path, tok_dir: Path, preset_name: str, seed: int = 0) 
     import torch
     from transformers.models.kimi_k25 import Kimi_K25Config, Kimi_K25ForConditionalGeneration
 
-    from remote_agent.eagle3.tiny import PRESETS, deepseek_config
+    from remote_agent.eagle3.tiny.deepseek import PRESETS, deepseek_config
 
     preset = PRESETS[preset_name]
     vocab = len(Path(tok_dir, "tiktoken.model").read_text().splitlines()) + RESERVED

@@ -52,15 +52,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from remote_agent.eagle3 import tiny, tiny_data, tiny_train
     from remote_agent.eagle3.progress import emit
+    from remote_agent.eagle3.tiny import cache, data, train
 
     device = (
         args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     )
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise BadInput(f"--device {device}: no CUDA device here")
-    available = sum(1 for _ in tiny_data.stdlib_functions())
+    available = sum(1 for _ in data.stdlib_functions())
     if args.prompts > available or 2 * args.per_source > available:
         raise BadInput(
             f"this Python's standard library has {available} usable functions: ask for at most "
@@ -75,13 +75,13 @@ def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     summary: dict = {"params": params, "device": device}
     t0 = time.time()
-    base = tiny.ensure_tiny(args.preset, args.seed)
+    base = cache.ensure_tiny(args.preset, args.seed)
     model_dir = args.out / "model"
     if model_dir.exists():
         shutil.rmtree(model_dir)
     shutil.copytree(base, model_dir)
     summary["build_s"] = round(time.time() - t0, 2)
-    sources = tiny_data.write_sources(args.out / "data", args.per_source, args.seed)
+    sources = data.write_sources(args.out / "data", args.per_source, args.seed)
     summary["sources"] = {k: str(v) for k, v in sources.items()}
     if args.train_steps > 0:
         convs = []
@@ -96,15 +96,15 @@ def run(args: argparse.Namespace) -> int:
         for line in sources["explain"].read_text().splitlines():
             convs.append(json.loads(line)["messages"])
         t1 = time.time()
-        summary["train"] = tiny_train.train_target(
+        summary["train"] = train.train_target(
             model_dir, convs, args.train_steps, args.seq_len, args.batch, args.lr, device, args.seed
         )
         summary["train"]["wall_s"] = round(time.time() - t1, 2)
     if args.prompts > 0:
         t2 = time.time()
-        summary["regenerate"] = tiny_train.regenerate(
+        summary["regenerate"] = train.regenerate(
             model_dir,
-            tiny_data.prompts(args.prompts, args.seed),
+            data.prompts(args.prompts, args.seed),
             args.out / "data" / "regenerated.jsonl",
             args.max_new_tokens,
             args.regen_batch,

@@ -48,7 +48,7 @@ def train_target(
     from transformers import AutoTokenizer
 
     from remote_agent.eagle3.extraction.reference import hf_model_class
-    from remote_agent.eagle3.tiny import stdlib_corpus
+    from remote_agent.eagle3.tiny.deepseek import stdlib_corpus
 
     torch.manual_seed(seed)
     tok = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=True)
@@ -88,10 +88,10 @@ def train_target(
         # saved the way real targets ship (Kimi-K2.5: bfloat16): SGLang's `--dtype auto` would run
         # a float32 checkpoint in float16, beside a bfloat16 drafter (serve_dtype.py)
         model.to(torch.bfloat16)
-    from remote_agent.eagle3 import tiny_kimi
+    from remote_agent.eagle3.tiny import kimi
 
-    if tiny_kimi.is_kimi_wrapper(model_dir):  # transformers' own save breaks the released names
-        tiny_kimi.save_released(model, model_dir)
+    if kimi.is_kimi_wrapper(model_dir):  # transformers' own save breaks the released names
+        kimi.save_released(model, model_dir)
     else:
         model.save_pretrained(str(model_dir), safe_serialization=True)
     tokens = steps * batch * seq_len

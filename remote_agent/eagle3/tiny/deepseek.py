@@ -2,16 +2,14 @@
 library's sources with a Kimi-style chat template, and a small DeepseekV3 (MLA + MoE) model.
 
 Used by the CI tests, the demo runbook and (with the `gpu` preset, then trained) the GPU runs.
-Deterministic for a given seed, Python version and package versions.
+Deterministic for a given seed, Python version and package versions. Built once and cached by
+cache.ensure_tiny; the Kimi-K2.5-shaped wrapper around these presets is kimi.py.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import sysconfig
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,12 +84,6 @@ PRESETS: dict[str, TinyPreset] = {
         1024, 8, 16, 768, 512, 128, 64, 128, 2816, 512, 16, 4, 16384, 262144, KIMI_YARN
     ),
 }
-
-
-# Kimi-K2.5-shaped wrappers (tiny_kimi.py): `KimiK25ForConditionalGeneration` around the named
-# preset's DeepSeek-V3, with a tiktoken tokenizer; the base vocabulary leaves Kimi's 256 reserved
-# special ids on top, so the model vocabulary is the preset's
-KIMI_WRAPPED = {"kimi-k25-ci": "ci", "kimi-k25-gpu": "kimi-gpu"}
 
 
 def stdlib_corpus(max_bytes: int) -> list[str]:
@@ -190,67 +182,3 @@ def build_target(out_dir: Path, tokenizer_dir: Path, preset_name: str, seed: int
     model.save_pretrained(str(out_dir), safe_serialization=True)
     tok.save_pretrained(str(out_dir))
     return model, tok
-
-
-@dataclass(frozen=True)
-class TinyKey:
-    preset: str
-    seed: int
-    python: str
-    transformers: str
-    tokenizers: str
-
-    def digest(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("EAGLE3_CACHE", Path.home() / ".cache" / "eagle3"))
-
-
-def ensure_tiny(preset_name: str = "ci", seed: int = 0, root: Path | None = None) -> Path:
-    """Build (once) and return the directory of a tiny target: config, safetensors, tokenizer.
-
-    Cached by preset, seed and the versions that change the bytes; safe against concurrent
-    builders (build in a temp dir, then rename).
-    """
-    import platform
-
-    import tokenizers
-    import transformers
-
-    if preset_name not in PRESETS and preset_name not in KIMI_WRAPPED:
-        raise ValueError(f"unknown tiny preset {preset_name!r}")
-    key = TinyKey(
-        preset_name,
-        seed,
-        platform.python_version(),
-        transformers.__version__,
-        tokenizers.__version__,
-    )
-    root = root or cache_root()
-    final = root / f"tiny-{preset_name}-{key.digest()}"
-    tok_file = "tiktoken.model" if preset_name in KIMI_WRAPPED else "tokenizer.json"
-    if (final / "config.json").exists() and (final / tok_file).exists():
-        return final
-    tmp = root / f".tmp-{final.name}-{os.getpid()}"
-    tok_dir = tmp / "tokenizer"
-    if preset_name in KIMI_WRAPPED:
-        from remote_agent.eagle3 import tiny_kimi
-
-        base = KIMI_WRAPPED[preset_name]
-        tiny_kimi.build_tokenizer(tok_dir, PRESETS[base].vocab_size - tiny_kimi.RESERVED)
-        tiny_kimi.build_target(tmp / "model", tok_dir, base, seed)
-    else:
-        build_tokenizer(tok_dir, PRESETS[preset_name].vocab_size)
-        build_target(tmp / "model", tok_dir, preset_name, seed)
-    (tmp / "model" / "tiny.json").write_text(json.dumps(asdict(key), indent=1))
-    try:
-        os.replace(tmp / "model", final)
-    except OSError:
-        if not (final / "config.json").exists():
-            raise
-    import shutil
-
-    shutil.rmtree(tmp, ignore_errors=True)
-    return final
