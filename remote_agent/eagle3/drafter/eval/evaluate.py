@@ -89,6 +89,7 @@ class Target:
         return self._outputs(out)
 
     def keep(self, n: int) -> None:
+        assert self.cache is not None  # keep follows a prefill or an extend
         self.cache.crop(n)
 
     def reset(self) -> None:

@@ -274,6 +274,7 @@ def check(
             continue
         if r.kind != "param":
             continue
+        assert r.param is not None  # a "param" route names its parameter
         want = shard_shape(config, params[r.param], r.shard)
         if tuple(shape) != tuple(want):
             rep.problems.append(

@@ -237,7 +237,7 @@ class HeadGrad:
             assert self.total is not None
             return (self.total * grad_out.to(self.total.dtype)).to(self.master_dtype)
         # the sum assumes one from every use: checked on the device, without a host sync
-        torch._assert_async(grad_out == 1, "shared lm_head: upstream gradient must be 1")
+        torch._assert_async(grad_out == 1, "shared lm_head: upstream gradient must be 1")  # pyright: ignore[reportPrivateImportUsage]
         self.seen += 1
         if self.seen < self.uses:
             return None

@@ -331,6 +331,12 @@ class StepInputs:
 
 
 class Eagle3Drafter(nn.Module):
+    # buffers (register_buffer) and what training records for export, declared for the checker
+    d2t: torch.Tensor
+    t2d: torch.Tensor
+    num_target_layers: int
+    capture_layer_ids: list[int]
+
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__()
         self.config = config

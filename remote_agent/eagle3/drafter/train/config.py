@@ -459,7 +459,8 @@ def explain() -> str:
         lines.append(f"{name}:")
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            # every field has a default or a factory (MISSING is not callable to the checker)
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # pyright: ignore[reportCallIssue]
             lines.append(f"  {f.name}: {json.dumps(default)}    # {_type_name(hints[f.name])}")
             lines.append(f"      {f.metadata.get('doc', '')}")
     return "\n".join(lines)

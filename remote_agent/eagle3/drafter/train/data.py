@@ -162,7 +162,8 @@ def packed_batch(parts, length: int, sample_ids: list[str], pin: bool = False) -
     tensors = [ids, aux, final, mask, doc, pos]
     if pin:
         tensors = [t.pin_memory() for t in tensors]
-    return Batch(*(t.unsqueeze(0) for t in tensors), at, sample_ids)
+    ids, aux, final, mask, doc, pos = (t.unsqueeze(0) for t in tensors)
+    return Batch(ids, aux, final, mask, doc, pos, at, sample_ids)
 
 
 class Plan:

@@ -17,7 +17,7 @@ import os
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -113,7 +113,8 @@ def train(cfg: Config) -> dict[str, Any]:
     )  # fmt: skip
     pin = cfg.data.pin_memory and device.type == "cuda"
     rank = 0 if sp else d.rank  # sequence parallel: every rank loads rank 0's batches
-    loader_cls = Loader if not cfg.online.server else _online().OnlineLoader  # online/source.py
+    # online/source.py: its loader takes the OnlinePlan that _plan made (a Plan to the checker)
+    loader_cls = cast("type[Loader]", _online().OnlineLoader if cfg.online.server else Loader)
     host = {} if embed is None else {"embed": embed, "embed_pad": steps_k}  # Batch.embeds
     loader = loader_cls(
         plan, rank, res.epoch, res.step, epochs, prefetch=cfg.data.prefetch, pin=pin, **host

@@ -22,9 +22,10 @@ rank runs its own rows (seq_parallel_step.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -117,7 +118,7 @@ def forward_backward(c: StepContext, b, step: int) -> StepOut:
         return StepOut(losses, args, weights, counts, st, tch, sim_valid, plan)
     # rows: steps >= 1 only where some step has loss or the simulation counts the position
     plan = RowPlan.build(weights, sim_valid, depth, tc.skip_idle_rows)
-    step_module = getattr(c.model, "module", c.model)  # DDP keeps it as .module
+    step_module = cast("TTTStep", getattr(c.model, "module", c.model))  # DDP keeps it as .module
     merge = bool(getattr(step_module, "recompute_elementwise", False))
     attention = TTTAttention(
         b.doc, c.scale, c.backend, rows=plan.rows, recompute_merge=merge,
@@ -267,7 +268,7 @@ class TTTStep(nn.Module):
         # a gradient hook on the output of TTT step steps - 5 (step 2 of 7; forward_backward:
         # the teacher's lm_head back to the device once the backward of the later steps freed
         # more than it takes, with three steps' backward left for the upload)
-        self.backward_hook = None
+        self.backward_hook: Callable[[torch.Tensor], None] | None = None
 
     @classmethod
     def for_training(cls, drafter: Eagle3Drafter, tc, cast_once: bool, compiled: bool) -> TTTStep:
