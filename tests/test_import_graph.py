@@ -164,6 +164,13 @@ def test_the_graph_sees_the_product() -> None:
     assert "runbook/schema.py" in graph["runbook/loader.py"]
     assert "remote_agent/wire/check_vocabulary.py" in graph["runbook/schema.py"]
     assert any(t.startswith("runbook/") for t in graph["eagle_tui/cli.py"])
+    # the tenants' and eagle3's sub-packages are in it
+    assert "remote_agent/wire/protocol.py" in graph["remote_agent/agent/server.py"]
+    assert "remote_agent/eagle3/tiny/kimi.py" in graph["remote_agent/eagle3/tiny/cache.py"]
+    assert (
+        "remote_agent/eagle3/drafter/model/merge.py"
+        in graph["remote_agent/eagle3/drafter/model/ttt_attention.py"]
+    )
 
 
 def test_the_circle_finder_finds_circles() -> None:
@@ -189,6 +196,33 @@ def test_no_import_runs_back_up_the_stack() -> None:
         if t.startswith(above.get(a.split("/")[0], ()))
     ]
     assert not up, "imports running back up the stack:\n" + "\n".join(up)
+
+
+TENANTS = ("remote_agent/agent/", "remote_agent/wire/", "remote_agent/eagle3/")
+
+
+def test_the_tenants_import_as_the_layout_says() -> None:
+    """remote_agent's three tenants: the wire contracts import neither the agent core nor the
+    payload, the core and the payload never each other, and runbook/ and eagle_tui/ take from
+    remote_agent the wire contracts only (lazy and typing imports included)."""
+    graph = import_graph(typing_too=True)
+    assert {t for t in TENANTS if any(f.startswith(t) for f in graph)} == set(TENANTS)
+    may = {
+        "remote_agent/wire/": ("remote_agent/wire/",),
+        "remote_agent/agent/": ("remote_agent/agent/", "remote_agent/wire/"),
+        "remote_agent/eagle3/": ("remote_agent/eagle3/", "remote_agent/wire/"),
+        "runbook/": ("remote_agent/wire/",),
+        "eagle_tui/": ("remote_agent/wire/",),
+    }
+    bad = [
+        f"{f} -> {t}"
+        for f in sorted(graph)
+        for room, allowed in may.items()
+        if f.startswith(room)
+        for t in sorted(graph[f])
+        if t.startswith(TENANTS) and not t.startswith(allowed)
+    ]
+    assert not bad, "imports across the tenants (docs/ARCHITECTURE.md):\n" + "\n".join(bad)
 
 
 BELOW_THE_APP = ("eagle_tui/app/screens/", "eagle_tui/app/widgets/")
