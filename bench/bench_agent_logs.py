@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO / "tests" / "agent"))
 sys.path.insert(0, str(REPO))  # this checkout first (not an installed copy)
 from agent_proc import AgentProc  # noqa: E402
 
-from remote_agent.logwatch import CHUNK  # noqa: E402
+from remote_agent.agent.logwatch import CHUNK  # noqa: E402
 
 # Writes `mb` MB of numbered lines of `width` bytes (newline included) in big buffered blocks.
 WRITER = r"""

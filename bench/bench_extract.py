@@ -42,7 +42,6 @@ sys.path.insert(0, str(REPO / "bench"))  # also when loaded as a module (the CPU
 
 from machine_info import describe, disk_write_gbps, save_result  # noqa: E402
 
-from remote_agent.eagle3 import tiny  # noqa: E402
 from remote_agent.eagle3.dense import DumpMeta, DumpReader, ShardWriter  # noqa: E402
 from remote_agent.eagle3.extraction.capture import (  # noqa: E402
     AuxCapture,
@@ -53,6 +52,7 @@ from remote_agent.eagle3.extraction.capture import (  # noqa: E402
     resolve_layer_ids,
 )
 from remote_agent.eagle3.extraction.reference import extract_loop  # noqa: E402
+from remote_agent.eagle3.tiny import deepseek as tiny  # noqa: E402
 
 PRESETS = {
     "ci": tiny.PRESETS["ci"],

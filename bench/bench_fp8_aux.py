@@ -6,7 +6,7 @@ merged dataset, one draft vocabulary; then the reference extractor dumps it twic
 `--aux-dtype bf16` and `--aux-dtype fp8_e4m3` (same forward, same batches). The same drafter
 config is trained on each dump with the same seed (so the same init and sample order), for each
 of `--seeds`, exported, and measured with the torch reference speculative decoder
-(drafter/evaluate.py) on the SAME held-out prompts (ids the trainer never saw, by the config's
+(drafter/eval/evaluate.py) on the SAME held-out prompts (ids the trainer never saw, by the config's
 holdout fraction). Acceptance is SGLang's token-weighted accept length over all (seed, prompt)
 decodes with its 95 % CI (accept_stats.py); also the paired per-prompt difference fp8 - bf16.
 
@@ -22,7 +22,7 @@ accepts in full, so the A/B would say nothing). `--workdir DIR` keeps the work, 
 with the same DIR skips the steps already done.
 
 Also recorded, because a tiny target's greedy answers loop: the training-time simulation
-(drafter/eval_simulate.py) on the held-out records' own answers, i.e. natural text, with its CI.
+(drafter/eval/teacher_forced.py) on the held-out records' own answers, i.e. natural text, with its CI.
 """
 
 from __future__ import annotations
@@ -209,11 +209,11 @@ def evaluate(
     """The reference decoder on the same held-out prompts for every drafter; per-decode counts."""
     import torch
 
-    from remote_agent.eagle3.drafter.contract import resolve_capture_ids
-    from remote_agent.eagle3.drafter.eval_simulate import teacher_forced
-    from remote_agent.eagle3.drafter.evaluate import Target, load_prompts, speculative_decode
-    from remote_agent.eagle3.drafter.export import load_export
-    from remote_agent.eagle3.drafter.synthetic import end_ids, load_target, text_config
+    from remote_agent.eagle3.drafter.eval.evaluate import Target, load_prompts, speculative_decode
+    from remote_agent.eagle3.drafter.eval.synthetic import end_ids, load_target, text_config
+    from remote_agent.eagle3.drafter.eval.teacher_forced import teacher_forced
+    from remote_agent.eagle3.drafter.export.export import load_export
+    from remote_agent.eagle3.drafter.model.contract import resolve_capture_ids
 
     model, tok = load_target(model_dir, a.device, torch.float32)
     prompts = load_prompts(merged, a.eval_prompts, a.holdout, "holdout")
@@ -263,7 +263,7 @@ def evaluate(
 def held_out_records(merged: Path, n: int, holdout: float) -> list[tuple[list[int], list[int]]]:
     """(prompt, answer) token lists of the first n held-out records (as load_prompts picks)."""
     from remote_agent.eagle3.data.records import iter_records
-    from remote_agent.eagle3.drafter.data import is_holdout
+    from remote_agent.eagle3.drafter.train.data import is_holdout
 
     out = []
     for _, _, rec in iter_records(merged):
@@ -303,7 +303,7 @@ def _round(v: float | None) -> float | None:
 
 def _forced(ev: dict, fmt: str, runs: list[dict]) -> dict[str, Any]:
     """Simulated accept length on the held-out answers, pooled over seeds, with its CI."""
-    from remote_agent.eagle3.accept_stats import accept_stats
+    from remote_agent.eagle3.serving.accept_stats import accept_stats
 
     pooled = [d for r in runs for d in ev.get("forced", {}).get(f"{fmt}-s{r['seed']}", [])]
     s = accept_stats(pooled)
@@ -318,7 +318,7 @@ def _forced(ev: dict, fmt: str, runs: list[dict]) -> dict[str, Any]:
 def summarize(
     a: argparse.Namespace, dumps: dict[str, Any], trained: dict[str, list[dict]], ev: dict
 ) -> dict[str, Any]:
-    from remote_agent.eagle3.accept_stats import accept_stats
+    from remote_agent.eagle3.serving.accept_stats import accept_stats
 
     result: dict[str, Any] = {}
     pooled: dict[str, list[dict]] = {}
@@ -375,7 +375,7 @@ def summarize(
     )  # fmt: skip
     result["aux_error"] = {k: v for k, v in dumps.items() if k != "bytes_per_token"}
     result["eval"] = {
-        "decoder": "torch reference speculative decoder (drafter/evaluate.py), greedy, chain",
+        "decoder": "torch reference speculative decoder (drafter/eval/evaluate.py), greedy, chain",
         "held_out_prompts": ev["prompts"],
         "seeds": [r["seed"] for r in trained["bf16"]],
         "max_new_tokens": a.eval_tokens,

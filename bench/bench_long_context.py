@@ -27,7 +27,7 @@ ONE call, `--budget-s` (default 530) for everything, parts in priority order:
                       child until its first failure, then fresh children bisect (step 4,096)
                       while time is left. Ours runs the trainer's defaults (--maxseq-side
                       ours_mid: a batch longer than train.shard_tokens trains in query shards,
-                      drafter/shards.py): 16K (timed: it compiles the layer at the shard's
+                      drafter/train/shards.py): 16K (timed: it compiles the layer at the shard's
                       shape), 131,072 (the goal), 32K (timed), then probes up to --maxseq-probe
                       (256K: on an H200 the time, not the memory, bounds the search); a failure
                       skips only rungs at or past it. The shard size comes from the card's
@@ -122,7 +122,7 @@ FRESH_MIN_S = {
 MARGIN_S = 12  # writing the result and exiting
 PENDING = "pending: the run was stopped before this part ended"
 # ours (the trainer's defaults: a batch longer than train.shard_tokens runs in query shards,
-# drafter/shards.py): 16K first (timed; it compiles the layer at the shard's shape), then the
+# drafter/train/shards.py): 16K first (timed; it compiles the layer at the shard's shape), then the
 # goal length, then 32K (timed), then probes while time is left; the shard size from the
 # card's memory (ladder_for). SpecForge: 16K, then probes.
 OURS_LADDER, SF_LADDER = [16 * K, 128 * K, 32 * K], [16 * K]

@@ -57,8 +57,8 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    from remote_agent.eagle3.drafter.synthetic import build_inputs
-    from remote_agent.eagle3.tiny import ensure_tiny
+    from remote_agent.eagle3.drafter.eval.synthetic import build_inputs
+    from remote_agent.eagle3.tiny.cache import ensure_tiny
 
     root = Path(tempfile.mkdtemp(prefix="bench-multibox-"))
     target = ensure_tiny("ci")

@@ -63,8 +63,8 @@ ENV = {
 
 TRAIN_CHILD = r"""
 import json, resource, sys, time, torch
-from remote_agent.eagle3.drafter import config as cm
-from remote_agent.eagle3.drafter.train import train
+from remote_agent.eagle3.drafter.train import config as cm
+from remote_agent.eagle3.drafter.train.loop import train
 cfg = cm.from_dict(json.load(open(sys.argv[1])))
 if cfg.train.device != "cpu":  # deterministic kernels where torch has them (warn elsewhere)
     torch.use_deterministic_algorithms(True, warn_only=True)
@@ -229,7 +229,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument(
-        "--preset", default="ci", help="tiny target preset (remote_agent/eagle3/tiny.py)"
+        "--preset", default="ci", help="tiny target preset (remote_agent/eagle3/tiny/deepseek.py)"
     )
     ap.add_argument("--samples", type=int, default=48)
     ap.add_argument("--epochs", type=int, default=2)
@@ -287,7 +287,7 @@ def main() -> int:
         dump = None  # the server writes it during the online run
         extraction: dict = {"wall_s": None}
     else:
-        from remote_agent.eagle3.tiny import ensure_tiny
+        from remote_agent.eagle3.tiny.cache import ensure_tiny
 
         target = ensure_tiny(args.preset)
         vocab = json.loads((target / "config.json").read_text())["vocab_size"]
@@ -298,8 +298,8 @@ def main() -> int:
         extraction = child(DUMP_CHILD, str(target), str(data), str(dump), args.device,
                            log=work / "extract.log")  # fmt: skip
     from remote_agent.eagle3.data.records import DatasetIndex
-    from remote_agent.eagle3.drafter import config as config_mod
-    from remote_agent.eagle3.drafter.data import is_holdout
+    from remote_agent.eagle3.drafter.train import config as config_mod
+    from remote_agent.eagle3.drafter.train.data import is_holdout
 
     index = DatasetIndex.open(data)
     tokens = sum(min(index.length(s), args.max_tokens) for s in index.ids()) * args.epochs

@@ -169,7 +169,7 @@ def main() -> int:
     if cpu:
         env["OMP_NUM_THREADS"] = "1"
 
-    from remote_agent.eagle3.tiny import ensure_tiny
+    from remote_agent.eagle3.tiny.cache import ensure_tiny
 
     target = args.target or ensure_tiny("ci" if cpu else "gpu")
     cfg = json.loads((Path(target) / "config.json").read_text())

@@ -295,7 +295,7 @@ def worker_throughput(side: str, args) -> dict:
     ns.host_head = side.startswith("ours") and device != "cpu"
     drafter, ctx, params, opt, config, backend = bench_train.build(ns, device)
     seq = 4096 if device != "cpu" else 256
-    from remote_agent.eagle3.drafter.ttt_step import teacher_head
+    from remote_agent.eagle3.drafter.train.step import teacher_head
 
     teacher = (teacher_head(ctx), ctx.draft_ids)
     if args.workload == "full":
@@ -312,7 +312,7 @@ def worker_throughput(side: str, args) -> dict:
         ours = side.startswith("ours")
         units = bench_train.pack_docs(docs, seq, device, ctx) if ours else None
     if side.startswith("ours"):
-        from remote_agent.eagle3.drafter.train import forward_backward
+        from remote_agent.eagle3.drafter.train.loop import forward_backward
 
         ctx.tc.skip_idle_rows = side != "ours-noskip"
 
@@ -430,8 +430,8 @@ def worker_sf_train(args) -> dict:
 
     import torch
 
-    from remote_agent.eagle3.drafter.data import Plan, load_vocab
-    from remote_agent.eagle3.drafter.loss import load_target_tensor
+    from remote_agent.eagle3.drafter.model.loss import load_target_tensor
+    from remote_agent.eagle3.drafter.train.data import Plan, load_vocab
 
     add_wheel(Path(args.wheel))
     stubs = cpu_stubs() if args.device == "cpu" else []
@@ -480,8 +480,8 @@ def worker_sf_train(args) -> dict:
             tokens += n
     secs = time.perf_counter() - t0
     # SpecForge's names equal ours (fc, midlayer.*, norm, lm_head, d2t, t2d): export via our checker
-    from remote_agent.eagle3.drafter import checkpoint as ckpt
-    from remote_agent.eagle3.drafter.export import export_checkpoint
+    from remote_agent.eagle3.drafter.export.export import export_checkpoint
+    from remote_agent.eagle3.drafter.train import checkpoint as ckpt
 
     state = {
         k: v.float().cpu() if v.is_floating_point() else v.cpu()
@@ -516,8 +516,8 @@ def run_acceptance(args) -> dict:
     """Tiny target -> data/dump/vocab -> both trainers (same epochs) -> our evaluator on both."""
     import torch
 
-    from remote_agent.eagle3.drafter.synthetic import build_inputs
-    from remote_agent.eagle3.tiny import ensure_tiny
+    from remote_agent.eagle3.drafter.eval.synthetic import build_inputs
+    from remote_agent.eagle3.tiny.cache import ensure_tiny
 
     work = Path(args.work)
     device = args.device
@@ -643,7 +643,7 @@ def run_acceptance(args) -> dict:
     }
     if "error" in sf:
         return report
-    from remote_agent.eagle3.drafter.evaluate import run_eval
+    from remote_agent.eagle3.drafter.eval.evaluate import run_eval
 
     n_ev, t_ev = (8, 64) if device == "cuda" else (3, 24)
     for name, export in (("ours", work / "ours-export"), ("specforge", work / "sf-export")):

@@ -1,7 +1,7 @@
 """Bench (a): drafter training throughput, peak memory and MFU for a Kimi-K2.5-shaped drafter.
 
 Synthetic hidden states (no disk): one packed sequence of `--seq` tokens per step, run through
-exactly the trainer's step (`train.forward_backward` with the trainer's default options, as
+exactly the trainer's step (`step.forward_backward` with the trainer's default options, as
 `eagle3 train` runs it with none: chunked teacher from the target lm_head, TTT unroll with the
 flex kernel, fused lm_head + soft CE, backward) plus gradient clipping and the fused AdamW step
 over fp32 masters, bf16 autocast. `--plain`: every memory option off (the plain unroll).
@@ -153,15 +153,15 @@ def build(args, device):
     import torch
 
     from remote_agent.eagle3.distributed import Dist
-    from remote_agent.eagle3.drafter.config import DrafterSection, TrainSection
-    from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
-    from remote_agent.eagle3.drafter.train import (
+    from remote_agent.eagle3.drafter.model.model import Eagle3Drafter, build_config
+    from remote_agent.eagle3.drafter.model.ttt_attention import pick_backend
+    from remote_agent.eagle3.drafter.train.config import DrafterSection, TrainSection
+    from remote_agent.eagle3.drafter.train.loop import (
         StepContext,
         TTTStep,
         compile_layer,
         resolved_options,
     )
-    from remote_agent.eagle3.drafter.ttt_attention import pick_backend
 
     dims = dict(TINY if device == "cpu" else KIMI)
     for key in dims:
@@ -230,7 +230,7 @@ def build(args, device):
     tc = TrainSection(ttt_steps=args.ttt, compile=not args.no_compile)
     if getattr(args, "plain", False):  # every memory option off (bench_long_context's sets)
         step = TTTStep(drafter, tc.ttt_steps, tc.loss_chunk)
-    else:  # what `eagle3 train` runs with no options (train.resolved_options, for_training)
+    else:  # what `eagle3 train` runs with no options (loop.resolved_options, for_training)
         cast_once, compiled = resolved_options(tc, 1, torch.device(device).type)
         step = TTTStep.for_training(drafter, tc, cast_once, compiled)
     if device != "cpu" and tc.compile:
@@ -261,7 +261,7 @@ def build(args, device):
     # the trainer's default on CUDA (train.lm_head_on_host): the teacher's lm_head waits on the
     # host between teachers; off for the plain unroll and SpecForge (its step gets the tensor)
     if getattr(args, "host_head", not getattr(args, "plain", False) and device != "cpu"):
-        from remote_agent.eagle3.drafter.memory import HostWeight
+        from remote_agent.eagle3.drafter.model.memory import HostWeight
 
         ctx.host_head, ctx.lm_head = HostWeight(lm_head, torch.device(device)), None
     return drafter, ctx, params, opt, config, backend
@@ -270,7 +270,7 @@ def build(args, device):
 def attach_embeds(batch, ctx, device):
     """The batch with the rows of the host embedding (the loader's Batch.embeds, on the
     device like the rest of it) when the embedding stays on the host (build); else as it is."""
-    from remote_agent.eagle3.drafter.data import embed_rows
+    from remote_agent.eagle3.drafter.train.data import embed_rows
 
     if ctx.host_embed is not None:
         ids = batch.input_ids.cpu()
@@ -293,7 +293,7 @@ def synthetic_batch(config, seq: int, docs: int, device, seed: int = 0, teacher=
     (lm_head, draft_ids) makes every teacher argmax drafted; without it the argmax is random."""
     import torch
 
-    from remote_agent.eagle3.drafter.data import packed_batch
+    from remote_agent.eagle3.drafter.train.data import packed_batch
 
     g = torch.Generator().manual_seed(seed)
     h, k = config["hidden_size"], 3
@@ -344,7 +344,7 @@ def chat_docs(
 def pack_docs(docs: list[dict], seq: int, device, ctx=None) -> list:
     """The trainer's packing (first fit, longest first here) and batch layout, on the device
     (with the host embedding's rows where ctx keeps it there: attach_embeds)."""
-    from remote_agent.eagle3.drafter.data import first_fit, packed_batch
+    from remote_agent.eagle3.drafter.train.data import first_fit, packed_batch
 
     docs = sorted(docs, key=lambda d: -d["ids"].numel())
     bins = first_fit([d["ids"].numel() for d in docs], seq, window=len(docs))
@@ -359,7 +359,7 @@ def pack_docs(docs: list[dict], seq: int, device, ctx=None) -> list:
 def run(args) -> dict:
     import torch
 
-    from remote_agent.eagle3.drafter.ttt_step import teacher_head
+    from remote_agent.eagle3.drafter.train.step import teacher_head
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     seq = args.seq or (4096 if device != "cpu" else 256)
@@ -374,7 +374,7 @@ def run(args) -> dict:
     if args.steps:
         steps = args.steps
 
-    from remote_agent.eagle3.drafter.train import forward_backward
+    from remote_agent.eagle3.drafter.train.loop import forward_backward
 
     def one(i: int) -> None:  # the trainer's step: forward_backward, clip, AdamW
         forward_backward(ctx, batch, i)
@@ -405,7 +405,7 @@ def run(args) -> dict:
         peak_mem = None
     ref_peak = args.peak or (H200_PEAK if device == "cuda" else peak)
     # teacher share: time it alone on the same batch
-    from remote_agent.eagle3.drafter.loss import teacher
+    from remote_agent.eagle3.drafter.model.loss import teacher
 
     sync(device)
     t = time.perf_counter()

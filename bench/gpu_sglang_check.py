@@ -167,12 +167,12 @@ def reference_accept(
     the same way (serving.run_conversation), with the same estimator and CI (accept_stats)."""
     import torch
 
-    from remote_agent.eagle3.accept_stats import accept_stats
-    from remote_agent.eagle3.drafter.contract import resolve_capture_ids
-    from remote_agent.eagle3.drafter.evaluate import Target, speculative_decode
-    from remote_agent.eagle3.drafter.export import load_export
-    from remote_agent.eagle3.drafter.synthetic import end_ids, load_target, text_config
-    from remote_agent.eagle3.serving import load_prompts
+    from remote_agent.eagle3.drafter.eval.evaluate import Target, speculative_decode
+    from remote_agent.eagle3.drafter.eval.synthetic import end_ids, load_target, text_config
+    from remote_agent.eagle3.drafter.export.export import load_export
+    from remote_agent.eagle3.drafter.model.contract import resolve_capture_ids
+    from remote_agent.eagle3.serving.accept_stats import accept_stats
+    from remote_agent.eagle3.serving.checks import load_prompts
 
     tdtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
     model, tok = load_target(Path(target), device, tdtype)

@@ -4,7 +4,7 @@ training samples.
 A tiny target (the `gpu` preset, trained `--target-steps`), its greedy answers to short prompts
 (32-200 tokens) and to long ones (1K-3.8K tokens); two drafters, one trained on the short samples
 only (the long source dropped), one on both (`data.long_samples: alone`); acceptance length by
-context-position bucket (remote_agent/eagle3/drafter/position_accept.py) on held-out prompts of
+context-position bucket (remote_agent/eagle3/drafter/eval/position_accept.py) on held-out prompts of
 every length. Light on the GPU, so the orchestrator runs it beside the 4K equal-work workers
 (paused while they time). Each stage is written to `<work>/accept.json` when done, so a worker
 cut by the budget still says how far it got.
@@ -48,7 +48,7 @@ def spread(n: int, lo: int, hi: int, seed: int) -> list[int]:
 
 
 def tiny_target(args, work: Path) -> tuple[Path, dict]:
-    from remote_agent.eagle3.tiny import ensure_tiny
+    from remote_agent.eagle3.tiny.cache import ensure_tiny
 
     if args.tiny or args.target_steps == 0:
         return ensure_tiny("ci" if args.tiny else "gpu"), {"trained_steps": 0}
@@ -95,7 +95,7 @@ class Stages:
 
 
 def run(args) -> dict:
-    from remote_agent.eagle3.drafter.synthetic import build_inputs
+    from remote_agent.eagle3.drafter.eval.synthetic import build_inputs
 
     work, device = Path(args.work) / "accept", args.device
     work.mkdir(parents=True, exist_ok=True)
@@ -142,8 +142,8 @@ def run(args) -> dict:
 def train_one(args, target: Path, inputs: dict, vocab: str, z: dict, out: Path):
     from bench_specforge import drafter_heads
 
-    from remote_agent.eagle3.drafter import config as config_mod
-    from remote_agent.eagle3.drafter.train import train
+    from remote_agent.eagle3.drafter.train import config as config_mod
+    from remote_agent.eagle3.drafter.train.loop import train
 
     heads = drafter_heads(target)
     cfg = {
@@ -180,11 +180,11 @@ def train_one(args, target: Path, inputs: dict, vocab: str, z: dict, out: Path):
 def by_position(target: Path, ckpt_dir: Path, eval_in: dict, budget: int, depth: int, device):
     import torch
 
-    from remote_agent.eagle3.drafter import checkpoint as ckpt
-    from remote_agent.eagle3.drafter.data import Loader, Plan
-    from remote_agent.eagle3.drafter.loss import load_target_tensor
-    from remote_agent.eagle3.drafter.model import Eagle3Drafter
-    from remote_agent.eagle3.drafter.position_accept import PositionAccept, batch_chains
+    from remote_agent.eagle3.drafter.eval.position_accept import PositionAccept, batch_chains
+    from remote_agent.eagle3.drafter.model.loss import load_target_tensor
+    from remote_agent.eagle3.drafter.model.model import Eagle3Drafter
+    from remote_agent.eagle3.drafter.train import checkpoint as ckpt
+    from remote_agent.eagle3.drafter.train.data import Loader, Plan
 
     lm_head = load_target_tensor(target, "lm_head.weight").float().to(device)
     embed = load_target_tensor(target, "model.embed_tokens.weight").float()

@@ -37,12 +37,12 @@ H200_PEAK = 790e12
 # our option sets (TTTStep attributes; train.* keys of the same names, checkpoint_steps =
 # checkpoint_ttt_steps); every one exact (tests/eagle3/drafter/test_drafter_long_memory.py).
 # ours: the plain unroll (TTTStep's own defaults: every option off); ours_mid: the trainer's
-# defaults (train.TrainSection as train.resolved_options applies it on one GPU); ours_lean:
+# defaults (config.TrainSection as loop.resolved_options applies it on one GPU); ours_lean:
 # the defaults plus per-step checkpointing, for the longest sequences
 
 
 def _defaults() -> dict[str, Any]:
-    from remote_agent.eagle3.drafter.config import TrainSection
+    from remote_agent.eagle3.drafter.train.config import TrainSection
 
     tc = TrainSection()
     return {
@@ -84,7 +84,7 @@ def device_batch(config, seq: int, device, lm_head, draft_ids, seed: int = 0):
     a drafted token (bench_train.teacher_states, on the device)."""
     import torch
 
-    from remote_agent.eagle3.drafter.data import Batch
+    from remote_agent.eagle3.drafter.train.data import Batch
 
     g = torch.Generator(device=device).manual_seed(seed)
     h = config["hidden_size"]
@@ -132,7 +132,7 @@ def make_side(side: str, args, device: str):
         ns.no_compile = True  # compiled below as the trainer does under checkpointing
     drafter, ctx, params, opt, config, _backend = bench_train.build(ns, device)
     if side in OPTION_SETS:
-        from remote_agent.eagle3.drafter.train import compile_layer, forward_backward
+        from remote_agent.eagle3.drafter.train.loop import compile_layer, forward_backward
 
         for name, value in opts.items():
             if name == "shard_tokens":  # a train.* option: the step reads it from ctx.tc
@@ -296,7 +296,7 @@ class Worker:
                 raise torch.OutOfMemoryError(
                     f"CUDA out of memory (tiny rehearsal: emulated at {seq})"
                 )
-            from remote_agent.eagle3.drafter.ttt_step import teacher_head
+            from remote_agent.eagle3.drafter.train.step import teacher_head
 
             head = teacher_head(self.ctx)
             b = device_batch(self.config, seq, dev, head, self.ctx.draft_ids, seed=seq)

@@ -1,9 +1,9 @@
 """Where the drafter's training memory goes: the tensors autograd keeps for backward, by part.
 
-Runs the trainer's step (`ttt_step.forward_backward`) on CPU under bf16 autocast with a
+Runs the trainer's step (`step.forward_backward`) on CPU under bf16 autocast with a
 saved-tensor hook that files every tensor autograd keeps (unique storages, bytes) under the
 first part of the drafter on the Python stack when it was saved: fc, pre (norms, q/k/v, RoPE),
-attention (causal part), merge (TTT diagonal, ttt_attention.merge_diagonal), post (o_proj,
+attention (causal part), merge (TTT diagonal, merge.merge_diagonal), post (o_proj,
 MLP), loss (norm + chunked soft CE), teacher. Tensors saved during backward (checkpoint
 recomputation) are counted apart.
 
@@ -48,7 +48,7 @@ def part_of_stack() -> str:
         name = f.f_code.co_name
         if name in PARTS and (name != "forward" or "loss.py" in f.f_code.co_filename):
             return PARTS[name]
-        if name == "forward" and "ttt_step.py" in f.f_code.co_filename:
+        if name == "forward" and "train/step.py" in f.f_code.co_filename:
             return "loss"  # the norm before the soft CE
         f = f.f_back
     return "other"
@@ -58,7 +58,7 @@ def breakdown(args) -> dict:
     import bench_train
     import torch
 
-    from remote_agent.eagle3.drafter.train import forward_backward
+    from remote_agent.eagle3.drafter.train.loop import forward_backward
 
     s = args.scale
     dims = dict(
@@ -78,7 +78,7 @@ def breakdown(args) -> dict:
         assert hasattr(ctx.model, name), name
         setattr(ctx.model, name, True)
     if args.compile:  # inductor's own choice of saved tensors (the GPU compiles pre/post)
-        from remote_agent.eagle3.drafter.train import compile_layer
+        from remote_agent.eagle3.drafter.train.loop import compile_layer
 
         compile_layer(drafter, checkpointed=ctx.model.checkpoint_steps)
     drafter.embed_tokens.to(torch.bfloat16)

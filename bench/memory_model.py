@@ -1,6 +1,6 @@
 """Peak GPU memory of one trainer step at the Kimi shape for any length, on CPU, in seconds.
 
-Runs the trainer's real step (ttt_step.forward_backward, gradient clipping, AdamW with its
+Runs the trainer's real step (step.forward_backward, gradient clipping, AdamW with its
 states) on fake tensors (torch FakeTensorMode: shapes and dtypes, no data, no memory), the
 Kimi-shaped drafter (hidden 7168, 64 x 112 heads, MLP 18,432, vocab 163,840 -> 32,000, TTT 7)
 under bf16 autocast, and follows every storage made (a dispatch mode with weak references:
@@ -117,7 +117,8 @@ class _FlexStandIn(torch.autograd.Function):
 def _stand_ins():
     """Within: flex attention and its block masks stood in for (no CPU backward, no data),
     the cuBLAS fp32 accumulation of the lm_head gradient in place; restored after."""
-    from remote_agent.eagle3.drafter import loss, shards, ttt_attention
+    from remote_agent.eagle3.drafter.model import loss, ttt_attention
+    from remote_agent.eagle3.drafter.train import shards
 
     def flex(q, k, v, block_mask=None, scale=None, enable_gqa=False, return_lse=True):
         return _FlexStandIn.apply(q, k, v)
@@ -144,9 +145,9 @@ def build(side: str, ttt: int, shard_tokens: int | None):
     import long_context_trials as trials
 
     from remote_agent.eagle3.distributed import Dist
-    from remote_agent.eagle3.drafter.config import DrafterSection, TrainSection
-    from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
-    from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep
+    from remote_agent.eagle3.drafter.model.model import Eagle3Drafter, build_config
+    from remote_agent.eagle3.drafter.train.config import DrafterSection, TrainSection
+    from remote_agent.eagle3.drafter.train.step import StepContext, TTTStep
 
     k = bench_train.KIMI
     ds = DrafterSection(
@@ -184,7 +185,7 @@ def build(side: str, ttt: int, shard_tokens: int | None):
         tc, table if host else None,
     )  # fmt: skip
     if host_head:  # its device copy made by get() and dropped after the teacher: counted then
-        from remote_agent.eagle3.drafter.memory import HostWeight
+        from remote_agent.eagle3.drafter.model.memory import HostWeight
 
         ctx.host_head, ctx.lm_head = HostWeight(lm_head, torch.device("cpu")), None
     return drafter, ctx, params, config
@@ -195,14 +196,14 @@ def model(side: str, seq: int, ttt: int = 7, parts: int = 12, shard_tokens=None)
     import long_context_trials as trials
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from remote_agent.eagle3.drafter.data import embed_rows
-    from remote_agent.eagle3.drafter.train import forward_backward
+    from remote_agent.eagle3.drafter.train.data import embed_rows
+    from remote_agent.eagle3.drafter.train.loop import forward_backward
 
     t0 = time.time()
     with _stand_ins(), FakeTensorMode(allow_non_fake_inputs=True):
         drafter, ctx, params, config = build(side, ttt, shard_tokens)
         opt = torch.optim.AdamW(params, lr=1e-4, foreach=False)
-        from remote_agent.eagle3.drafter.ttt_step import teacher_head
+        from remote_agent.eagle3.drafter.train.step import teacher_head
 
         head = teacher_head(ctx)
         b = trials.device_batch(config, seq, "cpu", head, ctx.draft_ids)

@@ -10,7 +10,7 @@ optimizer, Triton-fused, elementwise, reductions, copies) and the top kernels.
 Variants beyond bench_long_context's sides (A/B of one change each, same process layout):
   ours_mid_widen        ours_mid with each TTT step's weight gradient widened to a new fp32
                         tensor and summed by autograd (the behaviour before memory.GradSum)
-  ours_mid_eager_merge  ours_mid with the TTT merge eager (before ttt_attention._merge_fn)
+  ours_mid_eager_merge  ours_mid with the TTT merge eager (before merge._merge_fn)
   ours_mid_eager_add    ours_mid with GradSum's in-place add eager (before memory.add_into)
 
 Run:  python3 bench/profile_step.py --sides ours_mid,ours_mid_eager_merge,specforge  (carry .whl)
@@ -66,19 +66,19 @@ def classify(name: str) -> str:
 def widen_each_use() -> None:
     """The pre-GradSum behaviour: every use's gradient widened to a new fp32 tensor, summed by
     autograd out of place (GradSum then never counts, so no hand-over check fires)."""
-    from remote_agent.eagle3.drafter import memory
+    from remote_agent.eagle3.drafter.model import memory
 
     memory.GradSum.add = lambda self, grad, dtype: grad.to(dtype)  # type: ignore[method-assign]
 
 
 def eager_merge() -> None:
-    from remote_agent.eagle3.drafter import ttt_attention
+    from remote_agent.eagle3.drafter.model import merge, ttt_attention
 
-    ttt_attention._merge_fn = lambda compiled: ttt_attention.merge_diagonal  # type: ignore[assignment]
+    ttt_attention._merge_fn = lambda compiled: merge.merge_diagonal  # type: ignore[assignment]
 
 
 def eager_add() -> None:
-    from remote_agent.eagle3.drafter import memory
+    from remote_agent.eagle3.drafter.model import memory
 
     memory.add_into = lambda total, grad: total.add_(grad)  # type: ignore[assignment]
 
@@ -101,7 +101,7 @@ def worker(args) -> dict:
         PATCHES[args.worker]()
     ns = argparse.Namespace(tiny=args.device == "cpu", ttt=7, wheel=args.wheel, device=args.device)
     one, config, ctx = make_side(side, ns, args.device)
-    from remote_agent.eagle3.drafter.ttt_step import teacher_head
+    from remote_agent.eagle3.drafter.train.step import teacher_head
 
     b = device_batch(config, args.seq, args.device, teacher_head(ctx), ctx.draft_ids, seed=args.seq)
     bench_train.attach_embeds(b, ctx, args.device)  # the host embedding's rows (defaults)

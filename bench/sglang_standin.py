@@ -14,7 +14,7 @@ Stands in: SGLang's HTTP API (the endpoints our clients use: /health, /server_in
 /get_server_info, /model_info, /generate), its scheduler (requests queued together share a
 forward), its `/server_info` (built from the flags it was started with, so a wrong launch is
 seen by the real checks), and in serve mode its EAGLE-3 worker: the torch reference decoder
-(drafter/evaluate.py) answers instead, so SGLang's acceptance equals the reference decoder's by
+(drafter/eval/evaluate.py) answers instead, so SGLang's acceptance equals the reference decoder's by
 construction (the rehearsal checks wiring, not acceptance). It never hides what it is:
 `version` is "<the site's release>+cpu-standin".
 """
@@ -181,10 +181,10 @@ class Serving:
     def __init__(self, model_path: Path, draft: str, steps: int) -> None:
         import torch
 
-        from remote_agent.eagle3.drafter.contract import resolve_capture_ids
-        from remote_agent.eagle3.drafter.evaluate import Target
-        from remote_agent.eagle3.drafter.export import load_export
-        from remote_agent.eagle3.drafter.synthetic import end_ids, load_target, text_config
+        from remote_agent.eagle3.drafter.eval.evaluate import Target
+        from remote_agent.eagle3.drafter.eval.synthetic import end_ids, load_target, text_config
+        from remote_agent.eagle3.drafter.export.export import load_export
+        from remote_agent.eagle3.drafter.model.contract import resolve_capture_ids
 
         model, self.tok = load_target(model_path, "cpu", torch.float32)
         self.draft, config = load_export(Path(draft), "cpu", torch.float32)
@@ -197,7 +197,7 @@ class Serving:
         self.completion = self.verify = 0
 
     def generate(self, ids: list[int], max_new: int) -> dict[str, Any]:
-        from remote_agent.eagle3.drafter.evaluate import speculative_decode
+        from remote_agent.eagle3.drafter.eval.evaluate import speculative_decode
 
         d = speculative_decode(self.target, self.draft, ids, max(1, max_new), self.steps, self.eos)
         self.completion += len(d.tokens)

@@ -20,7 +20,7 @@ from typing import Any
 from rich.text import Text
 
 from eagle_tui import __version__
-from remote_agent.atomic_write import write_atomic
+from remote_agent.wire.atomic_write import write_atomic
 from runbook import audit as audit_mod
 from runbook import audit_seal, runs
 from runbook.agent_client import AgentError

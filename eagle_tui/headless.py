@@ -16,7 +16,7 @@ from rich.text import Text
 from eagle_tui.app.widgets.logs.feed import read_tail
 from eagle_tui.present import guards as guard_view
 from eagle_tui.present.status import ICONS, STYLES, progress_text
-from remote_agent.progress import PREFIX as PROGRESS_PREFIX
+from remote_agent.wire.progress import PREFIX as PROGRESS_PREFIX
 from runbook.engine.constants import EXIT_INTERRUPTED, EXIT_MEANINGS, EXIT_OK
 from runbook.escape import log_line, terminal
 from runbook.events import (

@@ -17,8 +17,8 @@ from remote_agent import __version__
 
 
 def serve(spool_dir: str | None) -> int:
-    from remote_agent.server import Server
-    from remote_agent.spool import Spool, default_root
+    from remote_agent.agent.server import Server
+    from remote_agent.agent.spool import Spool, default_root
 
     logging.basicConfig(
         stream=sys.stderr,
@@ -47,11 +47,11 @@ def serve(spool_dir: str | None) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "jobwrap":
-        from remote_agent import jobwrap
+        from remote_agent.agent import jobwrap
 
         return jobwrap.main(argv[1:])
     if argv and argv[0] == "delete":
-        from remote_agent import deletion
+        from remote_agent.agent import deletion
 
         return deletion.main(argv[1:])
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         "--spool", help="spool root (default $EAGLE_TUI_SPOOL or ~/.eagle-tui/spool)"
     )
     sub.add_parser("jobwrap", help="internal: the per-job supervisor")
-    sub.add_parser("delete", help="internal: a delete step's job (remote_agent/deletion.py)")
+    sub.add_parser("delete", help="internal: a delete step's job (remote_agent/agent/deletion.py)")
     args = parser.parse_args(argv)
     return serve(args.spool)
 

@@ -17,7 +17,7 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from remote_agent.protocol import PROTOCOL_VERSION, AgentError, text_to_bytes  # one contract
+from remote_agent.wire.protocol import PROTOCOL_VERSION, AgentError, text_to_bytes  # one contract
 from runbook.transports import Endpoint, HostKeyRefusal, Transport, TransportError
 
 CLIENT_NAME = "eagle-tui"

@@ -1,8 +1,8 @@
 """A `run:` (or `command` guard) that deletes a path is refused: deleting is the delete action's.
 
 The product can only promise "deletes exactly what was measured" for what the agent deletes
-itself (`delete:`, remote_agent/deletion.py). So the loader looks at the command words of every
-simple command (runbook/shell_lex.py, nested ones included, after wrappers such as sudo, env,
+itself (`delete:`, remote_agent/agent/deletion.py). So the loader looks at the command words of
+every simple command (runbook/shell_lex.py, nested ones included, after wrappers such as sudo, env,
 timeout, xargs, `find -exec`; a static `sh -c '...'` string is read too) and refuses the
 programs whose purpose is to delete or overwrite a path. This is a check on what a runbook
 author writes, not a sandbox: a script or program that deletes files itself is not parsed.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from remote_agent.progress import PREFIX, parse
+from remote_agent.wire.progress import PREFIX, parse
 
 _PREFIX = PREFIX.encode()
 LINE_LIMIT = 64 * 1024  # characters of one line a view shows
@@ -124,7 +124,8 @@ class LineClip:
 
 
 def parse_record(line: bytes) -> dict[str, Any] | None:
-    """The progress/metrics record a job printed on this line (the progress contract, remote_agent/progress.py)."""
+    """The progress/metrics record a job printed on this line (the progress contract,
+    remote_agent/wire/progress.py)."""
     if not line.startswith(_PREFIX):
         return None
     return parse(line.decode("utf-8", "replace"))

@@ -19,8 +19,8 @@ from pydantic import (
     model_validator,
 )
 
-from remote_agent.check_vocabulary import RUNBOOK_CHECKS
-from remote_agent.targets import glob_refusal
+from remote_agent.wire.check_vocabulary import RUNBOOK_CHECKS
+from remote_agent.wire.targets import glob_refusal
 from runbook.units import parse_duration, parse_size
 
 Size = Annotated[int, BeforeValidator(parse_size)]
@@ -39,7 +39,7 @@ Command = str | list[str]  # shell string (values already quoted) or argv
 
 def delete_path_refusal(path: str) -> str | None:
     """Why a `delete:` path is refused before anything runs (the agent applies the same rules
-    and the rest on the box: remote_agent/targets.py)."""
+    and the rest on the box: remote_agent/wire/targets.py)."""
     if not path.strip():
         return "a delete path is empty (an unset variable?)"
     if ".." in path.split("/"):
@@ -231,7 +231,7 @@ Check = Annotated[
     | GpuIdle,
     Field(discriminator="check"),
 ]
-CHECK_TYPES = RUNBOOK_CHECKS  # the one definition: remote_agent/check_vocabulary.py
+CHECK_TYPES = RUNBOOK_CHECKS  # the one definition: remote_agent/wire/check_vocabulary.py
 
 
 # ---------------------------------------------------------------- steps

@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from remote_agent.atomic_write import write_atomic
+from remote_agent.wire.atomic_write import write_atomic
 from runbook.events import DONE, PENDING
 
 

@@ -29,7 +29,7 @@ SGLANG_VERSION = "0.5.23"
 def tiny_target() -> Path:
     """Directory of the CI tiny DeepseekV3 target (config, safetensors, tokenizer)."""
     pytest.importorskip("torch")
-    from remote_agent.eagle3.tiny import ensure_tiny
+    from remote_agent.eagle3.tiny.cache import ensure_tiny
 
     return ensure_tiny("ci")
 

@@ -24,20 +24,8 @@ PACKAGES = ("runbook", "eagle_tui", "remote_agent")
 
 # each a set of repo-relative files; the reason for each is in docs/ARCHITECTURE.md
 KNOWN: list[frozenset[str]] = [
-    frozenset(  # the tiny target's presets name the Kimi wrapper builder and it reuses theirs
-        {"remote_agent/eagle3/tiny.py", "remote_agent/eagle3/tiny_kimi.py"}
-    ),
     frozenset(  # the dump reader asks the sharding module for a root's shards (lazy, both ways)
         {"remote_agent/eagle3/dense.py", "remote_agent/eagle3/extraction/sharding.py"}
-    ),
-    frozenset(  # drafter: memory estimates and the TTT attention (sub-packages, phase 2)
-        {"remote_agent/eagle3/drafter/memory.py", "remote_agent/eagle3/drafter/ttt_attention.py"}
-    ),
-    frozenset(  # drafter: sequence parallel and its training step (sub-packages, phase 2)
-        {
-            "remote_agent/eagle3/drafter/seq_parallel.py",
-            "remote_agent/eagle3/drafter/seq_parallel_train.py",
-        }
     ),
 ]
 
@@ -174,8 +162,15 @@ def test_the_graph_sees_the_product() -> None:
     assert len(graph) > 150
     # spot checks that resolution works: absolute, `from pkg import module`, relative
     assert "runbook/schema.py" in graph["runbook/loader.py"]
-    assert "remote_agent/check_vocabulary.py" in graph["runbook/schema.py"]
+    assert "remote_agent/wire/check_vocabulary.py" in graph["runbook/schema.py"]
     assert any(t.startswith("runbook/") for t in graph["eagle_tui/cli.py"])
+    # the tenants' and eagle3's sub-packages are in it
+    assert "remote_agent/wire/protocol.py" in graph["remote_agent/agent/server.py"]
+    assert "remote_agent/eagle3/tiny/kimi.py" in graph["remote_agent/eagle3/tiny/cache.py"]
+    assert (
+        "remote_agent/eagle3/drafter/model/merge.py"
+        in graph["remote_agent/eagle3/drafter/model/ttt_attention.py"]
+    )
 
 
 def test_the_circle_finder_finds_circles() -> None:
@@ -201,6 +196,33 @@ def test_no_import_runs_back_up_the_stack() -> None:
         if t.startswith(above.get(a.split("/")[0], ()))
     ]
     assert not up, "imports running back up the stack:\n" + "\n".join(up)
+
+
+TENANTS = ("remote_agent/agent/", "remote_agent/wire/", "remote_agent/eagle3/")
+
+
+def test_the_tenants_import_as_the_layout_says() -> None:
+    """remote_agent's three tenants: the wire contracts import neither the agent core nor the
+    payload, the core and the payload never each other, and runbook/ and eagle_tui/ take from
+    remote_agent the wire contracts only (lazy and typing imports included)."""
+    graph = import_graph(typing_too=True)
+    assert {t for t in TENANTS if any(f.startswith(t) for f in graph)} == set(TENANTS)
+    may = {
+        "remote_agent/wire/": ("remote_agent/wire/",),
+        "remote_agent/agent/": ("remote_agent/agent/", "remote_agent/wire/"),
+        "remote_agent/eagle3/": ("remote_agent/eagle3/", "remote_agent/wire/"),
+        "runbook/": ("remote_agent/wire/",),
+        "eagle_tui/": ("remote_agent/wire/",),
+    }
+    bad = [
+        f"{f} -> {t}"
+        for f in sorted(graph)
+        for room, allowed in may.items()
+        if f.startswith(room)
+        for t in sorted(graph[f])
+        if t.startswith(TENANTS) and not t.startswith(allowed)
+    ]
+    assert not bad, "imports across the tenants (docs/ARCHITECTURE.md):\n" + "\n".join(bad)
 
 
 BELOW_THE_APP = ("eagle_tui/app/screens/", "eagle_tui/app/widgets/")
@@ -245,3 +267,29 @@ def test_screens_and_widgets_import_neither_the_app_nor_the_cli() -> None:
     assert not bad, "screens/widgets reaching the app or the CLI (use the port):\n" + "\n".join(bad)
     named = [f for f in below if _names_the_app(ast.parse((REPO / f).read_text(), f))]
     assert not named, f"screens/widgets naming the app or the CLI (use the port): {named}"
+
+
+DRAFTER = "remote_agent/eagle3/drafter/"
+# the drafter's sub-packages, each importing only those before it (torchtitan-style components:
+# the model knows nothing of training, training nothing of export or evaluation)
+DRAFTER_LAYERS = ("model", "parallel", "train", "export", "eval")
+
+
+def test_drafter_packages_import_only_the_ones_below() -> None:
+    """model <- parallel <- train <- export <- eval, lazy imports included (typing ones too)."""
+    graph = import_graph(typing_too=True)
+    rank = {name: i for i, name in enumerate(DRAFTER_LAYERS)}
+
+    def layer(f: str) -> str:
+        return f[len(DRAFTER) :].partition("/")[0]
+
+    files = [f for f in graph if f.startswith(DRAFTER)]
+    assert {layer(f) for f in files if "/" in f[len(DRAFTER) :]} == set(DRAFTER_LAYERS)
+    up = [
+        f"{f} -> {t}"
+        for f in sorted(files)
+        if layer(f) in rank
+        for t in sorted(graph[f])
+        if t.startswith(DRAFTER) and rank.get(layer(t), -1) > rank[layer(f)]
+    ]
+    assert not up, "drafter imports running up its packages:\n" + "\n".join(up)

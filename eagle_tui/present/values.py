@@ -7,7 +7,7 @@ from typing import Any
 
 from runbook.units import format_size
 
-# keys that hold byte counts (remote_agent/probes.py's conventions) or epoch seconds
+# keys that hold byte counts (remote_agent/agent/probes.py's conventions) or epoch seconds
 SIZE_KEYS = {"size", "bytes", "disk_bytes", "total", "free", "used", "min_bytes", "max_bytes"}
 TIME_KEYS = {"ts", "mtime", "started_at", "ended_at", "created_at", "updated_at"}
 

@@ -1,11 +1,18 @@
-"""The payload's write-then-rename outputs (one home: remote_agent/atomic_write.py) and HashingSink."""
+"""The payload's write-then-rename outputs (one home: remote_agent/wire/atomic_write.py) and
+HashingSink."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import BinaryIO
 
-from remote_agent.atomic_write import AtomicWriter, atomic_path, fsync_dir, temp_path, write_atomic
+from remote_agent.wire.atomic_write import (
+    AtomicWriter,
+    atomic_path,
+    fsync_dir,
+    temp_path,
+    write_atomic,
+)
 
 __all__ = [
     "AtomicWriter",
@@ -17,7 +24,7 @@ __all__ = [
     "write_bytes_atomic",
 ]
 
-temp_name = temp_path  # the names the payload (and drafter/train.py) already call
+temp_name = temp_path  # the names the payload (and drafter/train/) already call
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:

@@ -27,17 +27,17 @@ COMMANDS: dict[str, str] = {
     "verify-dumps": "remote_agent.eagle3.extraction.verify_dumps_cmd",
     "plan": "remote_agent.eagle3.plan",
     # drafter (training, export, evaluation)
-    "train": "remote_agent.eagle3.drafter.train_cmd",
+    "train": "remote_agent.eagle3.drafter.train.train_cmd",
     "stream-reference": "remote_agent.eagle3.online.producer",
     "online-check": "remote_agent.eagle3.online.placement",
-    "export": "remote_agent.eagle3.drafter.export_cmd",
-    "eval": "remote_agent.eagle3.drafter.eval_cmd",
+    "export": "remote_agent.eagle3.drafter.export.export_cmd",
+    "eval": "remote_agent.eagle3.drafter.eval.eval_cmd",
     # serving checks against a live SGLang server
-    "sglang-launch": "remote_agent.eagle3.sglang_launch_cmd",
-    "serve-check": "remote_agent.eagle3.serve_check_cmd",
-    "accept": "remote_agent.eagle3.accept_cmd",
+    "sglang-launch": "remote_agent.eagle3.serving.sglang_launch_cmd",
+    "serve-check": "remote_agent.eagle3.serving.serve_check_cmd",
+    "accept": "remote_agent.eagle3.serving.accept_cmd",
     # tiny targets for the demo and GPU runs
-    "build-tiny": "remote_agent.eagle3.tiny_cmd",
+    "build-tiny": "remote_agent.eagle3.tiny.build_tiny_cmd",
 }
 
 _HELP: dict[str, str] = {

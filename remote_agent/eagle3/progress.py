@@ -1,7 +1,7 @@
 """The payload's progress and metric records: `emit` and the rate-limited `Progress` reporter.
 
 The line format (`@@eagle3 {json}`, its kinds) is the agent core's contract,
-remote_agent/progress.py, which the engine and the TUI parse too.
+remote_agent/wire/progress.py, which the engine and the TUI parse too.
 A person running a command in a terminal (the stream is a TTY) sees a progress bar, readable
 metrics and a summary instead (terminal.py); `EAGLE3_PROGRESS=json` keeps the machine lines.
 """
@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from remote_agent.progress import PREFIX, format_record, parse
+from remote_agent.wire.progress import PREFIX, format_record, parse
 
 __all__ = ["PREFIX", "Progress", "emit", "for_a_person", "parse"]
 

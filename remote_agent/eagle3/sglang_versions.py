@@ -73,7 +73,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def drafter_capture_ids(draft: Path, num_layers: int) -> list[int]:
     """The layers 0.5.14 captures with this drafter loaded (its eagle_config, SGLang's +1 rule)."""
-    from remote_agent.eagle3.drafter.contract import resolve_capture_ids
+    from remote_agent.eagle3.drafter.model.contract import resolve_capture_ids
 
     cfg = _read_json(Path(draft) / "config.json")
     ids = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")

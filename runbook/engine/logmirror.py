@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from remote_agent.redact import StreamRedactor
+from remote_agent.wire.redact import StreamRedactor
 from runbook.engine.hosts import Hosts
 from runbook.engine.record import RunRecord
 from runbook.events import Event, LogChunk, MetricsUpdate, ProgressUpdate

@@ -1,7 +1,7 @@
 """Delete targets: each path of a `delete:` step becomes a `delete_target` guard on the box.
 
-The agent measures each target with the code that deletes it (remote_agent/deletion.py) and
-refuses what the rules of remote_agent/targets.py forbid, including any ancestor of an artifact
+The agent measures each target with the code that deletes it (remote_agent/agent/deletion.py) and
+refuses what the rules of remote_agent/wire/targets.py forbid, including any ancestor of an artifact
 a guard verified in this run (collected here as guards pass, sent as `protected`). The same
 list goes with the job's launch (`delete_request`), so the deletion protects the same files.
 """

@@ -1,6 +1,7 @@
 """The agent as one reproducible zipapp: what the SSH transport uploads to the box.
 
-Contents: `remote_agent/*.py`, `remote_agent/eagle3/**` (the ML payload jobs run with
+Contents: `remote_agent/*.py` (the entry point), `remote_agent/agent/**` (the agent core),
+`remote_agent/wire/**` (the wire contracts), `remote_agent/eagle3/**` (the ML payload jobs run with
 `python -m remote_agent.eagle3 ...`) and `patches/**` (data the payload reads), laid out as in
 the repository, with a zipapp `__main__.py` (`python agent.pyz serve` works). On the box the
 transport unpacks it once into `agent-<hash>/` and runs the agent from that tree (the payload
@@ -20,12 +21,14 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from remote_agent.atomic_write import TEMP_MARK, write_atomic
+from remote_agent.wire.atomic_write import TEMP_MARK, write_atomic
 
 REPO = Path(__file__).resolve().parents[2]
 # what `zipapp.create_archive(main="remote_agent.__main__:entry")` writes
 MAIN = "# -*- coding: utf-8 -*-\nimport remote_agent.__main__\nremote_agent.__main__.entry()\n"
 EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can carry
+# the packages below `remote_agent/`: the agent core, the wire contracts, the eagle3 payload
+PACKAGES = ("agent", "wire", "eagle3")
 SKIP_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache"}
 SKIP_SUFFIXES = (".pyc", ".pyo", ".tmp")
 
@@ -46,7 +49,7 @@ def source_files(root: Path = REPO) -> list[tuple[str, Path]]:
     found: list[tuple[str, Path]] = [
         (f"remote_agent/{p.name}", p) for p in (root / "remote_agent").glob("*.py")
     ]
-    for top in (root / "remote_agent" / "eagle3", root / "patches"):
+    for top in (*(root / "remote_agent" / d for d in PACKAGES), root / "patches"):
         if not top.is_dir():
             continue
         for dirpath, dirnames, filenames in os.walk(top):

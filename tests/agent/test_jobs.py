@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_agent.logwatch import CHUNK  # the agent's largest log event
+from remote_agent.agent.logwatch import CHUNK  # the agent's largest log event
 from tests.support.procs import alive, procs_where
 from tests.support.waiting import wait_for
 
@@ -344,7 +344,7 @@ def test_never_started_is_proven_not_guessed(agent: AgentProc) -> None:
     """A launch whose chain died before the job's leader recorded itself: the agent says the
     command never started (evidence), distinct from a job lost while it ran. The test process
     plays the launching agent: it makes the job dir with its `alive` lock, as job.start does."""
-    from remote_agent.spool import PGID, Spool
+    from remote_agent.agent.spool import PGID, Spool
 
     spool = Spool(agent.spool)
     jd, held = spool.create_job("half")

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remote_agent.probes import CHECKS
-from remote_agent.protocol import RequestError, parse_request
+from remote_agent.agent.probes import CHECKS
+from remote_agent.wire.protocol import RequestError, parse_request
 
 from .agent_proc import AgentCallError, AgentProc
 

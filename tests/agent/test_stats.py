@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_agent.stats import Stats
+from remote_agent.agent.stats import Stats
 from tests.support.waiting import wait_for
 
 from .agent_proc import AgentProc

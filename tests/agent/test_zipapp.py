@@ -11,11 +11,13 @@ from .agent_proc import REPO, AgentProc
 
 
 def build(dest: Path) -> Path:
-    """Only remote_agent/*.py (no eagle3 payload), main = remote_agent.__main__:entry."""
+    """Only remote_agent/*.py, the agent core and the wire contracts (no eagle3 payload), main =
+    remote_agent.__main__:entry."""
     stage = dest / "stage"
-    (stage / "remote_agent").mkdir(parents=True)
-    for f in (REPO / "remote_agent").glob("*.py"):
-        shutil.copy(f, stage / "remote_agent" / f.name)
+    for sub in ("", "agent", "wire"):
+        (stage / "remote_agent" / sub).mkdir(parents=True, exist_ok=True)
+        for f in (REPO / "remote_agent" / sub).glob("*.py"):
+            shutil.copy(f, stage / "remote_agent" / sub / f.name)
     pyz = dest / "agent.pyz"
     zipapp.create_archive(stage, pyz, main="remote_agent.__main__:entry")
     shutil.rmtree(stage)

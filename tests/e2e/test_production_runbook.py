@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from remote_agent.eagle3 import tiny_data
+from remote_agent.eagle3.tiny import data as tiny_data
 from tests.support.paths import REPO
 from tests.support.procs import run_tree
 

@@ -1,4 +1,4 @@
-"""The tiny Kimi-K2.5-shaped target (remote_agent/eagle3/tiny_kimi.py), on CPU with real
+"""The tiny Kimi-K2.5-shaped target (remote_agent/eagle3/tiny/kimi.py), on CPU with real
 transformers 5.17, real tiktoken and SGLang 0.5.14's own config class (from the PyPI wheel):
 the wrapper config, the released weight layout, the tiktoken remote-code tokenizer (round trips,
 special tokens at turn boundaries, loss masks without offsets, identity hash), and the
@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("tiktoken")
 
-from remote_agent.eagle3 import tiny_kimi  # noqa: E402
+from remote_agent.eagle3.tiny import kimi as tiny_kimi  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -216,7 +216,7 @@ def tiny_kimi_model(kimi):
 def test_accept_feeds_turn_two_the_answer_not_raw_reasoning(kimi, tok):
     """MT-Bench turn 2 in the published Kimi mode: the server's text has lost the `</think>`
     marker (a special token), so the split is made on the generated ids."""
-    from remote_agent.eagle3.serving import assistant_turn
+    from remote_agent.eagle3.serving.checks import assistant_turn
 
     ids = tok("add them</think>It is 5.<|im_end|>", add_special_tokens=False)["input_ids"]
     text = tok.decode(ids, skip_special_tokens=True)

@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from remote_agent.procs import is_alive
+from remote_agent.agent.procs import is_alive
 from tests.runbook.conftest import Cli
 from tests.support.waiting import wait_for  # noqa: F401  (re-exported: attack files import it here)
 

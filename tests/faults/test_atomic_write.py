@@ -1,5 +1,6 @@
-"""Attack on the one atomic write (remote_agent/atomic_write.py): a real `kill -9` of the writing
-process, mid-write or at a random moment, leaves the old content or the complete new one."""
+"""Attack on the one atomic write (remote_agent/wire/atomic_write.py): a real `kill -9` of the
+writing process, mid-write or at a random moment, leaves the old content or the complete new
+one."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from remote_agent.atomic_write import TEMP_MARK, atomic_path, write_atomic
+from remote_agent.wire.atomic_write import TEMP_MARK, atomic_path, write_atomic
 from tests.faults.tally import trials
 from tests.support.paths import REPO
 
@@ -21,7 +22,7 @@ from tests.support.paths import REPO
 WRITER = r"""
 import hashlib, sys, time
 from pathlib import Path
-from remote_agent.atomic_write import AtomicWriter, atomic_path
+from remote_agent.wire.atomic_write import AtomicWriter, atomic_path
 
 def record(gen):
     body = (f"{gen}:".encode() + bytes([gen % 251]) * (256 * 1024 + gen * 997))

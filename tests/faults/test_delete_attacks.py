@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from remote_agent.deletion import SPEC, measure, run_job
-from remote_agent.probes import run_probe
-from remote_agent.spool import Spool
+from remote_agent.agent.deletion import SPEC, measure, run_job
+from remote_agent.agent.probes import run_probe
+from remote_agent.agent.spool import Spool
 from runbook.loader import RunbookError, load_text
 from tests.faults.test_guards import make_work, run_engine
 from tests.runbook.conftest import Cli

@@ -18,7 +18,7 @@ from remote_agent.eagle3.data.openai_client import ChatClient, RequestFailed
 from remote_agent.eagle3.errors import Failed
 from remote_agent.eagle3.extraction.server import Http
 from remote_agent.eagle3.http_client import HttpClient, HttpError, backoff_delay
-from remote_agent.eagle3.serving import http_json
+from remote_agent.eagle3.serving.checks import http_json
 
 
 class Server:

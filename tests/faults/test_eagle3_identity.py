@@ -176,7 +176,7 @@ def test_verify_dumps_and_train_refuse_the_other_model(
 @pytest.fixture
 def make_inputs():
     def build(target: Path, out: Path) -> dict:
-        from remote_agent.eagle3.drafter.synthetic import build_inputs
+        from remote_agent.eagle3.drafter.eval.synthetic import build_inputs
 
         return build_inputs(
             target, out, n_samples=4, prompt_tokens=16, new_tokens=8, draft_vocab=64

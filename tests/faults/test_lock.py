@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_agent.procs import all_procs
+from remote_agent.agent.procs import all_procs
 from tests.runbook.conftest import Cli
 from tests.ssh.conftest import box, box2, ssh_keys  # noqa: F401 - fixtures of the real sshd
 from tests.ssh.helpers import SshCli, write_ssh_config
@@ -185,7 +185,7 @@ def test_kill9_holder_mid_job_launch(tmp_path, tally):
 
 def test_stale_by_boot_id_and_dead_pid(tmp_path, tally):
     """The agent's own rule, on records a crashed or rebooted holder left behind."""
-    from remote_agent.driver_locks import DriverLocks
+    from remote_agent.agent.driver_locks import DriverLocks
 
     breaks: list = []
     locks = DriverLocks(tmp_path)

@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from remote_agent.eagle3.distributed import Dist
-from remote_agent.eagle3.drafter.config import DrafterSection, TrainSection
-from remote_agent.eagle3.drafter.data import Batch
-from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
-from remote_agent.eagle3.drafter.ttt_attention import doc_ids_from_lengths
-from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep, forward_backward
+from remote_agent.eagle3.drafter.model.model import Eagle3Drafter, build_config
+from remote_agent.eagle3.drafter.model.ttt_attention import doc_ids_from_lengths
+from remote_agent.eagle3.drafter.train.config import DrafterSection, TrainSection
+from remote_agent.eagle3.drafter.train.data import Batch
+from remote_agent.eagle3.drafter.train.step import StepContext, TTTStep, forward_backward
 from tests.support.paths import REPO
 
 
@@ -127,7 +127,7 @@ def test_bad_long_context_settings_are_one_located_line(tmp_path, tally, section
 def test_long_samples_are_alone_whole_and_short_ones_packed(seed, tally):
     """Random length mixes: every sample in exactly one step; a sample over the budget is alone
     in a step long enough for all of it; the others share steps within the budget."""
-    from remote_agent.eagle3.drafter.data import batch_length, first_fit
+    from remote_agent.eagle3.drafter.train.data import batch_length, first_fit
 
     rng = random.Random(seed)
     budget = rng.choice([64, 256, 4096])

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remote_agent.redact import StreamRedactor
+from remote_agent.wire.redact import StreamRedactor
 from runbook.transports.local import scrubbed_env
 from tests.faults.jobrig import wait_for
 from tests.ssh.conftest import box, ssh_keys  # noqa: F401 - fixtures of the real sshd

@@ -134,8 +134,8 @@ def test_the_delete_evidence_is_what_the_delete_frees(tmp_path, tally):
     """The size a delete target shows is what the agent's delete then frees: a directory's
     contents (not its 4096-byte entry), a link as the link itself, a link written with `/`
     refused (nothing freed), hard links inside once; measured by the bytes that really went."""
-    from remote_agent.deletion import SPEC, run_job
-    from remote_agent.probes import run_probe
+    from remote_agent.agent.deletion import SPEC, run_job
+    from remote_agent.agent.probes import run_probe
 
     rng = random.Random(21)
     for i in range(16):

@@ -122,7 +122,7 @@ def _attention_case(device, dtype, heads, kv, d, dv, backend, rows=False) -> dic
     `rows`: steps >= 1 on a subset of query positions, the trainer's idle-row skipping)."""
     import torch
 
-    from remote_agent.eagle3.drafter.ttt_attention import TTTAttention, doc_ids_from_lengths
+    from remote_agent.eagle3.drafter.model.ttt_attention import TTTAttention, doc_ids_from_lengths
 
     g = torch.Generator(device=device).manual_seed(0)
     n, steps = 512, 4
@@ -170,9 +170,9 @@ def _chain_case(device, arch) -> dict:
     """The model's TTT unroll (flex on CUDA) predicts what its inference chain drafts."""
     import torch
 
-    from remote_agent.eagle3.drafter.config import DrafterSection
-    from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
-    from remote_agent.eagle3.drafter.ttt_attention import TTTAttention, doc_ids_from_lengths
+    from remote_agent.eagle3.drafter.model.model import Eagle3Drafter, build_config
+    from remote_agent.eagle3.drafter.model.ttt_attention import TTTAttention, doc_ids_from_lengths
+    from remote_agent.eagle3.drafter.train.config import DrafterSection
 
     torch.manual_seed(0)
     ds = DrafterSection(
@@ -245,7 +245,7 @@ def stage_kernels(device: str) -> dict:
 def build_target(device: str, target: str | None) -> Path:
     if target:
         return Path(target)
-    from remote_agent.eagle3.tiny import ensure_tiny
+    from remote_agent.eagle3.tiny.cache import ensure_tiny
 
     return ensure_tiny("gpu" if device == "cuda" else "ci")
 
@@ -287,7 +287,7 @@ def ensure_inputs(device: str, size: dict, work: Path, target: str | None) -> tu
     """Tiny target + data/dump/vocab + train.json under `work` (reused when already there)."""
     import torch
 
-    from remote_agent.eagle3.drafter.synthetic import build_inputs
+    from remote_agent.eagle3.drafter.eval.synthetic import build_inputs
 
     cfg = work / "train.json"
     info = work / "inputs.json"

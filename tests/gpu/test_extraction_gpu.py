@@ -80,7 +80,7 @@ def build_target(root: Path, preset: str) -> Path:
     import torch
     from transformers import DeepseekV3ForCausalLM
 
-    from remote_agent.eagle3 import tiny
+    from remote_agent.eagle3.tiny import deepseek as tiny
 
     p = tiny.PRESETS[preset]
     cfg = tiny.deepseek_config(p, p.vocab_size, eos_token_id=1, pad_token_id=2)
@@ -223,7 +223,7 @@ def run_checks(
 ) -> dict:
     import torch
 
-    from remote_agent.eagle3 import tiny
+    from remote_agent.eagle3.tiny import deepseek as tiny
 
     work = Path(tempfile.mkdtemp(prefix="eagle3-gpu-check-"))
     report: dict = {"device": device, "preset": preset, "quick": quick, "torch": torch.__version__}

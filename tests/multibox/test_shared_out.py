@@ -20,7 +20,7 @@ SCRIPT = """\
 import json, os, sys
 from pathlib import Path
 from remote_agent.eagle3.distributed import Dist
-from remote_agent.eagle3.drafter.multinode import check_shared_out
+from remote_agent.eagle3.drafter.parallel.multinode import check_shared_out
 from remote_agent.eagle3.errors import BadInput
 base, mode = Path(sys.argv[1]), sys.argv[2]
 d = Dist.from_env("cpu")

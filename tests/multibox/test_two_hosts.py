@@ -39,7 +39,7 @@ def boxes(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def inputs(tiny_target, tmp_path_factory) -> dict:
-    from remote_agent.eagle3.drafter.synthetic import build_inputs
+    from remote_agent.eagle3.drafter.eval.synthetic import build_inputs
 
     out = tmp_path_factory.mktemp("twobox-inputs")
     torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""The check vocabulary has one definition (remote_agent/check_vocabulary.py): the runbook
+"""The check vocabulary has one definition (remote_agent/wire/check_vocabulary.py): the runbook
 schema's check models, the loader's error message and the agent's probes all follow it."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import typing
 
 import pytest
 
-from remote_agent import check_vocabulary as vocab
-from remote_agent.probes import CHECKS, run_probe
+from remote_agent.agent.probes import CHECKS, run_probe
+from remote_agent.wire import check_vocabulary as vocab
 from runbook import schema
 from runbook.engine.targets import DeleteTarget
 from runbook.loader import RunbookError, load_text

@@ -10,7 +10,7 @@ import time
 
 from eagle_tui.present import guards as guard_view
 from eagle_tui.present.values import observed_text
-from remote_agent.probes import run_probe
+from remote_agent.agent.probes import run_probe
 
 
 def test_probe_messages_read_as_a_person_writes_them(tmp_path):

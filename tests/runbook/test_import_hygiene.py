@@ -39,9 +39,9 @@ def test_agent_core_is_stdlib_only():
     code = (
         "import sys\n"
         "before = set(sys.modules)\n"
-        "import remote_agent.server, remote_agent.jobs, remote_agent.probes, remote_agent.stats\n"
-        "import remote_agent.progress, remote_agent.eagle3.progress, remote_agent.atomic_write\n"
-        "import remote_agent.check_vocabulary\n"
+        "import remote_agent.agent.server, remote_agent.agent.jobs, remote_agent.agent.probes, remote_agent.agent.stats\n"
+        "import remote_agent.wire.progress, remote_agent.eagle3.progress, remote_agent.wire.atomic_write\n"
+        "import remote_agent.wire.check_vocabulary\n"
         "third = sorted({m.split('.')[0] for m in set(sys.modules) - before} - set(sys.stdlib_module_names)"
         " - {'remote_agent'})\n"
         "print(','.join(third))\n"

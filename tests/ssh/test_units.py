@@ -47,7 +47,7 @@ def test_bundle_is_reproducible_and_complete(tmp_path):
         infos = z.infolist()
     names = [i.filename for i in infos]
     assert names[0] == "__main__.py" and names[1:] == sorted(names[1:])
-    assert "remote_agent/server.py" in names and "remote_agent/eagle3/progress.py" in names
+    assert "remote_agent/agent/server.py" in names and "remote_agent/eagle3/progress.py" in names
     assert "patches/sglang-hashes.json" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     assert {i.date_time for i in infos} == {EPOCH}

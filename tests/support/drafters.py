@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from remote_agent.eagle3.drafter.config import DrafterSection
-from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
+from remote_agent.eagle3.drafter.model.model import Eagle3Drafter, build_config
+from remote_agent.eagle3.drafter.train.config import DrafterSection
 
 
 def tiny_drafter(

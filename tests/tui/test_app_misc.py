@@ -166,7 +166,7 @@ async def test_a_full_spool_at_open_is_one_line_not_a_traceback(env):
 
     import pytest
 
-    from remote_agent.spool import Spool
+    from remote_agent.agent.spool import Spool
 
     spool = env.root / "spool"
     spool.mkdir()

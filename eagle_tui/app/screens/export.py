@@ -14,7 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet
 
 from eagle_tui.present.audit_md import export_markdown
-from remote_agent.atomic_write import write_atomic
+from remote_agent.wire.atomic_write import write_atomic
 from runbook import audit as audit_mod
 
 FORMATS = ("md", "jsonl", "csv")

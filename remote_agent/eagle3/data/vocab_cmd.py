@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from remote_agent.eagle3.data.tokenizer_files import model_vocab_size, tokenizer_sha256
     from remote_agent.eagle3.progress import Progress, emit
-    from remote_agent.eagle3.tiny import cache_root
+    from remote_agent.eagle3.tiny.cache import cache_root
 
     for p in args.data:
         if not p.is_file():

@@ -126,7 +126,7 @@ def cache_key(tokenizer_sha: str, data_shas: list[str], target_vocab: int, draft
 def save(path: Path, d2t: np.ndarray, t2d: np.ndarray, metadata: dict[str, str]) -> None:
     from safetensors.numpy import save_file
 
-    from remote_agent.atomic_write import atomic_path
+    from remote_agent.wire.atomic_write import atomic_path
 
     with atomic_path(path) as tmp:
         save_file({"d2t": d2t, "t2d": t2d}, str(tmp), metadata=metadata)

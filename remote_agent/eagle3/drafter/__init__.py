@@ -1,16 +1,17 @@
 """EAGLE-3 drafter: model, training-time-test trainer, checkpoints, SGLang export, evaluation.
 
-Modules (each small and separately testable; heavy imports stay inside functions):
+Sub-packages, torchtitan-style (each small and separately testable, each importing only those
+before it in this list: tests/test_import_graph.py; heavy imports stay inside functions):
 
-    config.py         typed training config (dataclasses, strict JSON/YAML loader)
-    model.py          THE drafter model (Llama-style and MLA variants), one readable file
-    ttt_attention.py  causal + diagonal attention across TTT steps (flex / chunked / dense)
-    loss.py           teacher from stored final hidden x target lm_head; chunked soft CE
-    data.py           dump x dataset join, token-budget packing, prefetching loader
-    checkpoint.py     atomic, pruned checkpoints with exact resume
-    simulate.py       simulated acceptance length from TTT predictions
-    train.py          the training loop (linear, visible)
-    contract.py       SGLang loader contract (names, shapes, capture ids)
-    export.py         SGLang checkpoint writer (refuses to write what fails the contract)
-    evaluate.py       torch reference speculative decoder (chain drafting, greedy verify)
+    model/      the drafter (model/model.py, one readable file), the TTT attention and its merge,
+                the exact memory options, the fused loss, SGLang's loader contract, the context
+    parallel/   data parallelism (DDP / FSDP2), sequence-parallel attention, multi-node checks
+    train/      `eagle3 train`: config, the loop (train/loop.py) and one step (train/step.py),
+                both read top-down; data, metrics, checkpoints and resume
+    export/     `eagle3 export`: checkpoint -> SGLang drafter (refuses what fails the contract)
+    eval/       `eagle3 eval`: torch reference speculative decoder, acceptance by position,
+                synthetic inputs from a tiny target
+    examples/   shipped training configs
+
+README.md in this directory: the commands, what a run writes, the conventions.
 """

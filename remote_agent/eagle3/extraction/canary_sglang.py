@@ -29,7 +29,8 @@ from typing import Any
 from remote_agent.eagle3.dense import CANARY_DIR, DumpFormatError, DumpReader, read_error_markers
 from remote_agent.eagle3.errors import Failed
 from remote_agent.eagle3.extraction.dataset import CONTROL_PREFIX
-from remote_agent.eagle3.extraction.server import Http, ServerError
+from remote_agent.eagle3.extraction.server import ServerError
+from remote_agent.eagle3.http_client import HttpClient
 
 CANARY = CONTROL_PREFIX + "canary:"
 RESULT_NAME = "vs-sglang.json"
@@ -84,7 +85,7 @@ def compare_rows(sample: dict[str, Any], rows: list[list[float]]) -> dict[str, A
 
 
 def compare_with_sglang(
-    http: Http,
+    http: HttpClient,  # server.Http(url)
     out: Path,
     rid_prefix: str,
     prompts: list[list[int]],

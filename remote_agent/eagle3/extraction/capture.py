@@ -175,6 +175,7 @@ class HostCopier:
 
         if not self.cuda:
             return None, tuple(t.cpu() for t in tensors), ()
+        assert self.stream is not None  # made with self.cuda
         produced = torch.cuda.Event()
         produced.record()  # on the compute stream
         self.stream.wait_event(produced)

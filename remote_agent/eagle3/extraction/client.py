@@ -463,6 +463,7 @@ class Extraction:
             for sid in new:
                 if sid not in todo:
                     continue
+                assert reader is not None  # the new ids are its
                 confirmed += 1
                 with lock:
                     want = expected.pop(sid, None)
@@ -476,6 +477,7 @@ class Extraction:
                 tokens += len(got)
                 last_change = time.monotonic()
             if confirmed:
+                assert reader is not None
                 elapsed = max(time.monotonic() - start, 1e-9)
                 progress.advance(
                     confirmed,

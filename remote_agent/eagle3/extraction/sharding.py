@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from remote_agent.atomic_write import write_atomic
 from remote_agent.eagle3.errors import BadInput
+from remote_agent.wire.atomic_write import write_atomic
 
 ASSIGNMENT = "sha256(sample_id)[:8] mod count"
 MARKER = "shard.json"

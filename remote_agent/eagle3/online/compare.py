@@ -89,7 +89,7 @@ def losses(run_dir: Path) -> list[float]:
 
 
 def final_weights(run_dir: Path) -> dict[str, Any]:
-    from remote_agent.eagle3.drafter import checkpoint as ckpt
+    from remote_agent.eagle3.drafter.train import checkpoint as ckpt
 
     latest = ckpt.latest(Path(run_dir) / "checkpoints")
     if latest is None:

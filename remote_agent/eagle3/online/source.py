@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from remote_agent.eagle3.dense import DumpMeta, safe_name
-from remote_agent.eagle3.drafter.data import Loader, Plan, is_holdout
+from remote_agent.eagle3.drafter.train.data import Loader, Plan, is_holdout
 from remote_agent.eagle3.errors import BadInput, Failed
 
 

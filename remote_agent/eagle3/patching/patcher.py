@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from remote_agent.atomic_write import atomic_path, write_atomic
 from remote_agent.eagle3.patching.blocks import PatchError, load_spec, strip_blocks
 from remote_agent.eagle3.patching.blocks import apply_blocks as _apply_blocks
 from remote_agent.eagle3.patching.hashes import (
@@ -33,6 +32,7 @@ from remote_agent.eagle3.patching.hashes import (
     sha256_file,
     site_of,
 )
+from remote_agent.wire.atomic_write import atomic_path, write_atomic
 
 BACKUP_SUFFIX = ".eagle3-dump.orig"
 INSTALLED = "INSTALLED.json"

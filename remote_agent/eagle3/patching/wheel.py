@@ -10,7 +10,6 @@ import sys
 import zipfile
 from pathlib import Path
 
-from remote_agent.atomic_write import write_atomic
 from remote_agent.eagle3.errors import Failed
 from remote_agent.eagle3.patching.hashes import (
     TARGET_RELPATH,
@@ -18,6 +17,7 @@ from remote_agent.eagle3.patching.hashes import (
     parse_record,
     sha256_bytes,
 )
+from remote_agent.wire.atomic_write import write_atomic
 
 
 def cache_dir() -> Path:

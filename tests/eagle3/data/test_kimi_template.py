@@ -12,7 +12,7 @@ from eagle3_data_helpers import run_cli, write_records
 from kimi_cases import CASES, WEATHER, judge
 
 from remote_agent.eagle3.data.loss_mask import MaskBuilder
-from remote_agent.eagle3.drafter.data import conversation_id, is_holdout
+from remote_agent.eagle3.drafter.train.data import conversation_id, is_holdout
 
 MODES = [(t, r) for t in ("all", "last", "split") for r in ("train", "mask", "drop")]
 

@@ -24,7 +24,7 @@ def tiny_inputs(tiny_target: Path, tmp_path_factory) -> dict:
     """data.jsonl + dump/ + vocab.safetensors built from the tiny target's own greedy answers."""
     import torch
 
-    from remote_agent.eagle3.drafter.synthetic import build_inputs
+    from remote_agent.eagle3.drafter.eval.synthetic import build_inputs
 
     torch.manual_seed(0)
     out = tmp_path_factory.mktemp("drafter-inputs")

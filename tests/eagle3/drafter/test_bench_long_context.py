@@ -82,8 +82,8 @@ def test_the_ladder_reads_the_card_and_runs_the_defaults():
 def test_executed_flops_count_the_embedding_half_once_and_the_shards_extra():
     import bench_train
 
-    from remote_agent.eagle3.drafter.config import DrafterSection
-    from remote_agent.eagle3.drafter.model import build_config
+    from remote_agent.eagle3.drafter.model.model import build_config
+    from remote_agent.eagle3.drafter.train.config import DrafterSection
 
     k = bench_train.KIMI
     c = build_config(
@@ -111,7 +111,7 @@ def test_the_memory_model_sees_the_options_and_the_shards():
     less than the plain unroll at 4K, and a 32K batch in 8K shards far less than in one pass."""
     import memory_model
 
-    from remote_agent.eagle3.drafter import ttt_attention
+    from remote_agent.eagle3.drafter.model import ttt_attention
 
     flex_fn = ttt_attention._flex_fn
     plain = memory_model.model("ours", 4096)["peak_gib"]
@@ -235,7 +235,7 @@ def test_the_specforge_side_keeps_no_drafter_of_ours(tmp_path):
         "import argparse, gc, sys\n"
         f"sys.path[:0] = [{str(REPO)!r}, {str(REPO / 'bench')!r}]\n"
         "import long_context_trials as T\n"
-        "from remote_agent.eagle3.drafter.model import Eagle3Drafter\n"
+        "from remote_agent.eagle3.drafter.model.model import Eagle3Drafter\n"
         f"a = argparse.Namespace(tiny=True, ttt=3, wheel={str(wheel)!r})\n"
         "one, config, ctx = T.make_side('specforge', a, 'cpu')\n"
         "gc.collect()\n"

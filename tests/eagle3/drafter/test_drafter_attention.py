@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from remote_agent.eagle3.drafter.ttt_attention import TTTAttention, doc_ids_from_lengths
+from remote_agent.eagle3.drafter.model.ttt_attention import TTTAttention, doc_ids_from_lengths
 
 
 def naive_ttt(q, k0, v0, ks, vs, doc, scale):
@@ -105,7 +105,7 @@ def test_flex_gets_equal_head_widths_unpadded(monkeypatch):
     kernels): no padded copy of q, k0 and v0 per TTT step kept for backward. Unequal widths
     (MLA's 192 / 128) are padded to one power of two, as measured."""
     pytest.importorskip("torch.nn.attention.flex_attention")
-    from remote_agent.eagle3.drafter import ttt_attention
+    from remote_agent.eagle3.drafter.model import ttt_attention
 
     seen = []
     flex = ttt_attention._flex_fn(False)
@@ -169,9 +169,9 @@ def test_compiled_merge_matches_eager_values_and_grads(recompute, monkeypatch):
     """compile_merge (the trainer's compile on CUDA) runs merge_diagonal as torch.compile'd
     kernels, here through Inductor's CPU backend: the eager merge's values and gradients (fp64,
     GQA, up to three earlier steps, blocks of the recomputed merge), and the reference's."""
-    from remote_agent.eagle3.drafter import memory
+    from remote_agent.eagle3.drafter.model import merge
 
-    monkeypatch.setattr(memory, "MERGE_ROWS", 10)  # three blocks, a short last one
+    monkeypatch.setattr(merge, "MERGE_ROWS", 10)  # three blocks, a short last one
     for steps in (2, 4):
         q, k0, v0, ks, vs, doc = _inputs(steps=steps)
         kw = dict(block=5, recompute_merge=recompute)
@@ -185,6 +185,6 @@ def test_compiled_merge_matches_eager_values_and_grads(recompute, monkeypatch):
 
 
 def eager_merge():
-    from remote_agent.eagle3.drafter.ttt_attention import merge_diagonal
+    from remote_agent.eagle3.drafter.model.merge import merge_diagonal
 
     return merge_diagonal

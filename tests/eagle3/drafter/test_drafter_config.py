@@ -7,7 +7,7 @@ import json
 import pytest
 
 from remote_agent.eagle3.cli import main
-from remote_agent.eagle3.drafter import config as config_mod
+from remote_agent.eagle3.drafter.train import config as config_mod
 from remote_agent.eagle3.errors import BadInput
 
 
@@ -69,7 +69,7 @@ def test_train_command_exit_codes(tmp_path, capsys):
 def test_example_configs_load():
     from pathlib import Path
 
-    examples = Path(config_mod.__file__).parent / "examples"
+    examples = Path(config_mod.__file__).parents[1] / "examples"  # drafter/examples/
     found = sorted(examples.glob("*.yaml"))
     assert found
     for path in found:

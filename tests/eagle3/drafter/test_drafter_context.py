@@ -18,12 +18,12 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from remote_agent.eagle3 import sglang_launch_cmd
-from remote_agent.eagle3.drafter import config as config_mod
-from remote_agent.eagle3.drafter import context
-from remote_agent.eagle3.drafter.export import export_checkpoint
-from remote_agent.eagle3.drafter.train import train
+from remote_agent.eagle3.drafter.export.export import export_checkpoint
+from remote_agent.eagle3.drafter.model import context
+from remote_agent.eagle3.drafter.train import config as config_mod
+from remote_agent.eagle3.drafter.train.loop import train
 from remote_agent.eagle3.errors import BadInput, Failed
+from remote_agent.eagle3.serving import sglang_launch_cmd
 
 KIMI_LEN = 262144
 KIMI_YARN = {
@@ -107,7 +107,7 @@ def kimi_target(tiny_target: Path, tmp_path_factory) -> Path:
 def kimi_inputs(kimi_target: Path, tmp_path_factory) -> dict:
     """Data and a dump made with the Kimi-shaped target itself: its config differs from the
     tiny target's, so the tiny dump's recorded identity refuses it (extraction/identity.py)."""
-    from remote_agent.eagle3.drafter.synthetic import build_inputs
+    from remote_agent.eagle3.drafter.eval.synthetic import build_inputs
 
     out = tmp_path_factory.mktemp("kimi-inputs")
     info = build_inputs(kimi_target, out, n_samples=6, prompt_tokens=24, new_tokens=16)

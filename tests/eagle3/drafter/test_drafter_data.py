@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from remote_agent.eagle3.drafter.data import (
+from remote_agent.eagle3.drafter.train.data import (
     Batch,
     Loader,
     Plan,

@@ -7,13 +7,13 @@ import json
 import torch
 
 from remote_agent.eagle3.cli import main
-from remote_agent.eagle3.drafter.evaluate import (
+from remote_agent.eagle3.drafter.eval.evaluate import (
     Target,
     check_greedy,
     load_prompts,
     speculative_decode,
 )
-from remote_agent.eagle3.drafter.synthetic import greedy, load_target
+from remote_agent.eagle3.drafter.eval.synthetic import greedy, load_target
 
 
 class ScriptedDrafter:
@@ -118,7 +118,7 @@ def test_prompts_stop_before_the_first_supervised_token(tiny_inputs):
 def test_decoding_stops_on_every_end_id_of_the_generation_config(tiny_target, tmp_path):
     """Kimi ends turns with <|im_end|>, [EOS] or [EOT] (generation_config.json lists them all);
     the tokenizer's eos_token_id names only one. Decoding must stop on each."""
-    from remote_agent.eagle3.drafter.synthetic import end_ids
+    from remote_agent.eagle3.drafter.eval.synthetic import end_ids
 
     model, tok = load_target(tiny_target)
     target = Target(model, [2, 4, 5])
@@ -159,8 +159,8 @@ class FlakyDrafter(ScriptedDrafter):
 
 
 def _random_drafter(model):
-    from remote_agent.eagle3.drafter.config import DrafterSection
-    from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
+    from remote_agent.eagle3.drafter.model.model import Eagle3Drafter, build_config
+    from remote_agent.eagle3.drafter.train.config import DrafterSection
 
     c = model.config
     cfg = build_config(

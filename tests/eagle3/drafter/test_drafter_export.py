@@ -15,10 +15,10 @@ import pytest
 import torch
 from sglang_source import Source, capture_rule, module_params, run_load_weights
 
-from remote_agent.eagle3.drafter import checkpoint as ckpt
-from remote_agent.eagle3.drafter import contract
-from remote_agent.eagle3.drafter.export import export_checkpoint, export_tensors, load_export
-from remote_agent.eagle3.drafter.model import Eagle3Drafter
+from remote_agent.eagle3.drafter.export.export import export_checkpoint, export_tensors, load_export
+from remote_agent.eagle3.drafter.model import contract
+from remote_agent.eagle3.drafter.model.model import Eagle3Drafter
+from remote_agent.eagle3.drafter.train import checkpoint as ckpt
 from remote_agent.eagle3.errors import Failed
 from tests.support.drafters import tiny_drafter
 
@@ -147,7 +147,7 @@ def test_export_writes_a_loadable_directory(tmp_path):
 def test_a_checkpoint_failing_the_contract_is_not_written(tmp_path, monkeypatch):
     m = tiny_drafter("llama")
     ck = fake_checkpoint(tmp_path / "ck", m)
-    import remote_agent.eagle3.drafter.export as export_mod
+    import remote_agent.eagle3.drafter.export.export as export_mod
 
     real = export_mod.export_tensors
 

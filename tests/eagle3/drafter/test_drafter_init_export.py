@@ -14,7 +14,7 @@ from sglang_source import Source, module_params, run_load_weights
 from test_drafter_export import ENTRY, hf_config
 
 from remote_agent.eagle3.cli import main
-from remote_agent.eagle3.drafter.export import load_export
+from remote_agent.eagle3.drafter.export.export import load_export
 
 REPO = Path(__file__).resolve().parents[3]
 

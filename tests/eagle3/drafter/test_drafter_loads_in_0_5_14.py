@@ -9,8 +9,8 @@ import torch
 from sglang_source import Source, module_params, run_load_weights
 from test_drafter_export import ENTRY, VARIANTS, hf_config
 
-from remote_agent.eagle3.drafter import contract
-from remote_agent.eagle3.drafter.export import export_tensors
+from remote_agent.eagle3.drafter.export.export import export_tensors
+from remote_agent.eagle3.drafter.model import contract
 from tests.support.drafters import tiny_drafter
 
 

@@ -10,13 +10,13 @@ from test_drafter_model_loss import model_drafter
 from test_drafter_skip_rows import chat_batch, vocab
 
 from remote_agent.eagle3.distributed import Dist
-from remote_agent.eagle3.drafter.config import TrainSection
-from remote_agent.eagle3.drafter.data import embed_rows
-from remote_agent.eagle3.drafter.loss import soft_ce, soft_ce_reference
-from remote_agent.eagle3.drafter.memory import HostWeight
-from remote_agent.eagle3.drafter.parallel import wrap
-from remote_agent.eagle3.drafter.train import compile_layer
-from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep, forward_backward
+from remote_agent.eagle3.drafter.model.loss import soft_ce, soft_ce_reference
+from remote_agent.eagle3.drafter.model.memory import HostWeight
+from remote_agent.eagle3.drafter.parallel.data_parallel import wrap
+from remote_agent.eagle3.drafter.train.config import TrainSection
+from remote_agent.eagle3.drafter.train.data import embed_rows
+from remote_agent.eagle3.drafter.train.loop import compile_layer
+from remote_agent.eagle3.drafter.train.step import StepContext, TTTStep, forward_backward
 
 
 def run(
@@ -120,9 +120,9 @@ def test_middle_options_equal_the_plain_unroll(arch, skip, bf16, opts, monkeypat
     the plain unroll's losses, gradients and draft argmax, in fp32 and under bf16 autocast. In
     bf16 the reference has the same checkpointing (its recompute runs the same kernels on
     the same values; offload only copies)."""
-    from remote_agent.eagle3.drafter import memory
+    from remote_agent.eagle3.drafter.model import merge
 
-    monkeypatch.setattr(memory, "MERGE_ROWS", 7)  # several merge blocks, a short last one
+    monkeypatch.setattr(merge, "MERGE_ROWS", 7)  # several merge blocks, a short last one
     checkpoint = MIDDLE[opts][0]
     ref = (checkpoint,) if bf16 else (False,)
     plain, g_plain = run(arch, "chunked", skip, *ref, bf16=bf16)
@@ -316,7 +316,7 @@ def test_shared_lm_head_gradient_sums_in_fp32_and_scales_in_fp32():
     gradient in fp32 before its one bf16 rounding. Against fp64 on the same bf16 values: a
     fraction of the old way's error (bf16 logit gradient, bf16 scale, bf16 sum over steps); what
     is left is the one bf16 rounding of the logit gradient every bf16 matmul has."""
-    from remote_agent.eagle3.drafter.loss import HeadGrad, soft_ce_scaled
+    from remote_agent.eagle3.drafter.model.loss import HeadGrad, soft_ce_scaled
 
     w, hs, ps, rws, scales = _shared_head_case(torch.float32, steps=7)
     master = w.clone().requires_grad_()
@@ -344,7 +344,7 @@ def test_shared_lm_head_gradient_sums_in_fp32_and_scales_in_fp32():
 def test_shared_lm_head_refuses_an_upstream_gradient_other_than_one():
     """The fp32 sum is made in forward for the objective sum_k scale_k x loss_k: a backward
     from anything else would be wrong, so it fails loudly."""
-    from remote_agent.eagle3.drafter.loss import HeadGrad, soft_ce_scaled
+    from remote_agent.eagle3.drafter.model.loss import HeadGrad, soft_ce_scaled
 
     w, hs, ps, rws, scales = _shared_head_case(torch.float32, steps=2)
     master = w.clone().requires_grad_()
@@ -361,7 +361,10 @@ def test_flex_block_mask_of_packed_documents_stays_sparse():
     """64 documents of 256 tokens in one 16K sequence: only the diagonal blocks of each document
     are computed, 1/64 of the causal square's blocks (a dense mask would be all of them)."""
     pytest.importorskip("torch.nn.attention.flex_attention")
-    from remote_agent.eagle3.drafter.ttt_attention import _flex_block_mask, doc_ids_from_lengths
+    from remote_agent.eagle3.drafter.model.ttt_attention import (
+        _flex_block_mask,
+        doc_ids_from_lengths,
+    )
 
     n, docs = 16384, 64
     doc = doc_ids_from_lengths([n // docs] * docs, n).unsqueeze(0)
@@ -379,7 +382,7 @@ def test_flex_block_mask_of_packed_documents_stays_sparse():
 def test_compiled_soft_ce_matches_the_eager_one(dtype, monkeypatch):
     """train.compile_loss: the chunk math as inductor kernels (CPU here, CUDA on the GPU) gives
     the eager losses, argmax and gradients (fused exp/log: within rounding)."""
-    from remote_agent.eagle3.drafter import loss as loss_mod
+    from remote_agent.eagle3.drafter.model import loss as loss_mod
 
     monkeypatch.setattr(loss_mod, "_COMPILED", {})
     g = torch.Generator().manual_seed(0)
@@ -405,7 +408,7 @@ def test_compiled_soft_ce_matches_the_eager_one(dtype, monkeypatch):
 
 
 def test_compiled_soft_ce_falls_back_to_eager(monkeypatch):
-    from remote_agent.eagle3.drafter import loss as loss_mod
+    from remote_agent.eagle3.drafter.model import loss as loss_mod
 
     def broken(*args, **kwargs):
         raise RuntimeError("no compiler here")
@@ -435,7 +438,10 @@ def test_direct_block_mask_equals_create_block_mask(n):
     pytest.importorskip("torch.nn.attention.flex_attention")
     from torch.nn.attention.flex_attention import create_block_mask
 
-    from remote_agent.eagle3.drafter.ttt_attention import _flex_block_mask, doc_ids_from_lengths
+    from remote_agent.eagle3.drafter.model.ttt_attention import (
+        _flex_block_mask,
+        doc_ids_from_lengths,
+    )
 
     def reference(doc, rows):
         if rows is None:
@@ -478,7 +484,7 @@ def test_shared_cast_gradient_sum_is_handed_over_once_and_checked():
     """GradSum adds each use's bf16 gradient to one fp32 sum in place and hands it to the
     master at the last use: the master's gradient is the fp32 sum of the widened per-use
     gradients, bit for bit. A use whose backward never ran is reported, not dropped silently."""
-    from remote_agent.eagle3.drafter.memory import (
+    from remote_agent.eagle3.drafter.model.memory import (
         check_handed_over,
         layer_weights,
         unroll_casts,
@@ -519,11 +525,11 @@ def test_shared_cast_gradient_sum_is_handed_over_once_and_checked():
 @pytest.mark.parametrize("opts", ["mid", "all"])
 def test_compiled_trainer_step_equals_the_eager_one(opts, monkeypatch):
     """What runs on CUDA, compiled here by Inductor's CPU backend: the layer halves and the norm
-    (train.compile_layer: dynamic under per-step checkpointing), the TTT merge
+    (loop.compile_layer: dynamic under per-step checkpointing), the TTT merge
     (ttt_attention._merge_fn) and the soft CE, under the middle options alone and with the lean
     ones (per-step checkpointing: each recompute meets the graph its forward used). Losses,
     gradients and draft argmax equal the eager step's."""
-    from remote_agent.eagle3.drafter import ttt_attention
+    from remote_agent.eagle3.drafter.model import ttt_attention
 
     merge_fn = ttt_attention._merge_fn
     checkpoint, cast, elementwise = MIDDLE[opts]
@@ -543,7 +549,7 @@ def test_compiled_embedding_half_once_equals_the_eager_one(opts, monkeypatch):
     """train.embed_once as CUDA runs it, compiled here by Inductor's CPU backend (pre_parts
     with the per-step hidden halves, merge, soft CE; per-step checkpointing with "all"): the
     eager step's values."""
-    from remote_agent.eagle3.drafter import ttt_attention
+    from remote_agent.eagle3.drafter.model import ttt_attention
 
     merge_fn = ttt_attention._merge_fn
     checkpoint, cast, elementwise = MIDDLE[opts]
@@ -560,7 +566,7 @@ def test_the_exact_memory_options_are_the_defaults():
     """The trainer's defaults are the middle set (bench: ours_mid, 4K equal work faster than
     SpecForge at less memory); cast_weights_once stays off where FSDP shards the layer, and
     asking for it there is an error; the soft CE is compiled where the layer is."""
-    from remote_agent.eagle3.drafter.train import resolved_options
+    from remote_agent.eagle3.drafter.train.loop import resolved_options
     from remote_agent.eagle3.errors import BadInput
 
     tc = TrainSection()

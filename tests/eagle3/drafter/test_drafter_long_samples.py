@@ -10,9 +10,9 @@ from pathlib import Path
 import torch
 
 from remote_agent.eagle3.dense import DumpReader
-from remote_agent.eagle3.drafter import config as config_mod
-from remote_agent.eagle3.drafter.data import LONG_PAD, Loader, Plan, batch_length
-from remote_agent.eagle3.drafter.train import train
+from remote_agent.eagle3.drafter.train import config as config_mod
+from remote_agent.eagle3.drafter.train.data import LONG_PAD, Loader, Plan, batch_length
+from remote_agent.eagle3.drafter.train.loop import train
 
 
 def _plans(inputs: dict, budget: int, **kw) -> tuple[Plan, Plan]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from remote_agent.eagle3.drafter.config import DrafterSection
-from remote_agent.eagle3.drafter.loss import soft_ce, soft_ce_reference, teacher
-from remote_agent.eagle3.drafter.model import Eagle3Drafter, build_config
-from remote_agent.eagle3.drafter.ttt_attention import TTTAttention, doc_ids_from_lengths
+from remote_agent.eagle3.drafter.model.loss import soft_ce, soft_ce_reference, teacher
+from remote_agent.eagle3.drafter.model.model import Eagle3Drafter, build_config
+from remote_agent.eagle3.drafter.model.ttt_attention import TTTAttention, doc_ids_from_lengths
+from remote_agent.eagle3.drafter.train.config import DrafterSection
 from tests.support.drafters import tiny_drafter
 
 
@@ -62,7 +62,7 @@ def test_one_embedding_lookup_per_unroll_equals_one_per_step(hidden):
     data.step_tokens (the ids, then token 0 past the end) instead of a lookup per step of
     step_targets' shifted ids: the same outputs and gradients (a trained embedding's gradient
     is summed over the steps before the lookup's backward instead of after: fp32 rounding)."""
-    from remote_agent.eagle3.drafter.data import step_tokens
+    from remote_agent.eagle3.drafter.train.data import step_tokens
 
     torch.manual_seed(0)
     steps, n = 4, 21

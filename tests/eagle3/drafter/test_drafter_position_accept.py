@@ -9,7 +9,7 @@ import pytest
 import torch
 from test_drafter_skip_rows import chat_batch, run
 
-from remote_agent.eagle3.drafter.position_accept import PositionAccept, batch_chains
+from remote_agent.eagle3.drafter.eval.position_accept import PositionAccept, batch_chains
 
 
 def test_buckets_match_a_brute_force_count():

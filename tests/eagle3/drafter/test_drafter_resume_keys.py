@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from remote_agent.eagle3.drafter import checkpoint as ckpt
-from remote_agent.eagle3.drafter import config as config_mod
-from remote_agent.eagle3.drafter.train import train
+from remote_agent.eagle3.drafter.train import checkpoint as ckpt
+from remote_agent.eagle3.drafter.train import config as config_mod
+from remote_agent.eagle3.drafter.train.loop import train
 from remote_agent.eagle3.errors import Failed
 
 

@@ -11,9 +11,9 @@ import torch.multiprocessing as mp
 from test_drafter_model_loss import model_drafter
 from test_drafter_skip_rows import chat_batch
 
-from remote_agent.eagle3.drafter.data import step_targets
-from remote_agent.eagle3.drafter.seq_parallel import SeqParallelAttention, split_offsets
-from remote_agent.eagle3.drafter.ttt_attention import TTTAttention
+from remote_agent.eagle3.drafter.model.ttt_attention import TTTAttention
+from remote_agent.eagle3.drafter.parallel.seq_attention import SeqParallelAttention, split_offsets
+from remote_agent.eagle3.drafter.train.data import step_targets
 
 STEPS = 3
 
@@ -99,7 +99,7 @@ def _drafter_and_head():
 def _step_rank(rank: int, world: int, init: str, out: str) -> None:
     import torch.distributed as dist
 
-    from remote_agent.eagle3.drafter.seq_parallel import seq_parallel_step
+    from remote_agent.eagle3.drafter.train.seq_parallel_step import seq_parallel_step
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
@@ -123,8 +123,8 @@ def _step_rank(rank: int, world: int, init: str, out: str) -> None:
 @pytest.mark.parametrize("world", [2, 3])
 def test_split_training_step_equals_the_single_rank_step(tmp_path: Path, world):
     from remote_agent.eagle3.distributed import Dist
-    from remote_agent.eagle3.drafter.config import TrainSection
-    from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep, forward_backward
+    from remote_agent.eagle3.drafter.train.config import TrainSection
+    from remote_agent.eagle3.drafter.train.step import StepContext, TTTStep, forward_backward
 
     drafter, lm_head = _drafter_and_head()
     tc = TrainSection(ttt_steps=STEPS, skip_idle_rows=False, device="cpu")
@@ -173,8 +173,10 @@ def _count_collectives(monkeypatch_like: dict) -> dict[str, int]:
 def _counted_rank(rank: int, world: int, init: str, out: str, checkpoint: bool) -> None:
     import torch.distributed as dist
 
-    from remote_agent.eagle3.drafter.seq_parallel import seq_parallel_step
-    from remote_agent.eagle3.drafter.seq_parallel_train import all_reduce_grads
+    from remote_agent.eagle3.drafter.train.seq_parallel_step import (
+        all_reduce_grads,
+        seq_parallel_step,
+    )
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
@@ -209,8 +211,8 @@ def test_one_gather_and_one_reduce_scatter_per_step(tmp_path: Path, checkpoint):
     one in-place all-reduce per parameter gradient (no flat copy). The gradients equal the
     single-rank step's (2 gloo ranks; no multi-GPU machine was lent to measure NCCL)."""
     from remote_agent.eagle3.distributed import Dist
-    from remote_agent.eagle3.drafter.config import TrainSection
-    from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep, forward_backward
+    from remote_agent.eagle3.drafter.train.config import TrainSection
+    from remote_agent.eagle3.drafter.train.step import StepContext, TTTStep, forward_backward
 
     world = 2
     drafter, lm_head = _drafter_and_head()

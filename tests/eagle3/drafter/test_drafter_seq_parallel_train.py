@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from remote_agent.eagle3.drafter import checkpoint as ckpt
+from remote_agent.eagle3.drafter.train import checkpoint as ckpt
 from tests.support.paths import REPO
 from tests.support.procs import run_tree
 

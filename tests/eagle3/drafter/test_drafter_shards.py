@@ -1,4 +1,4 @@
-"""Long sequences in query shards (train.shard_tokens, drafter/shards.py) train exactly what the
+"""Long sequences in query shards (train.shard_tokens, drafter/train/shards.py) train exactly what the
 one-pass step trains: the same losses, gradients and draft argmax (fp32: to rounding of the
 order of sums; bf16: within bf16 rounding of the gradient sums over shards), for packed
 documents crossing shard borders, a short last shard, both attention flavours and every
@@ -12,11 +12,11 @@ from test_drafter_model_loss import model_drafter
 from test_drafter_skip_rows import chat_batch, vocab
 
 from remote_agent.eagle3.distributed import Dist
-from remote_agent.eagle3.drafter import shards
-from remote_agent.eagle3.drafter.config import TrainSection
-from remote_agent.eagle3.drafter.data import embed_rows
-from remote_agent.eagle3.drafter.train import compile_layer
-from remote_agent.eagle3.drafter.ttt_step import StepContext, TTTStep, forward_backward
+from remote_agent.eagle3.drafter.train import shards
+from remote_agent.eagle3.drafter.train.config import TrainSection
+from remote_agent.eagle3.drafter.train.data import embed_rows
+from remote_agent.eagle3.drafter.train.loop import compile_layer
+from remote_agent.eagle3.drafter.train.step import StepContext, TTTStep, forward_backward
 
 
 def run(
@@ -50,7 +50,7 @@ def run(
         bf16, Dist(), tc,
     )  # fmt: skip
     if host_head:
-        from remote_agent.eagle3.drafter.memory import HostWeight
+        from remote_agent.eagle3.drafter.model.memory import HostWeight
 
         ctx.host_head, ctx.lm_head = HostWeight(ctx.lm_head, torch.device("cpu")), None
     b = chat_batch()
@@ -142,7 +142,7 @@ def test_compiled_shards_equal_the_eager_ones(opts, monkeypatch):
     """What runs on CUDA, compiled here by Inductor's CPU backend: the layer halves (step 0's
     projections without a graph in phase 1, with it in the shards and in phase 3; a short last
     shard), the norm, the TTT merge and the soft CE: the eager sharded step's values."""
-    from remote_agent.eagle3.drafter import ttt_attention
+    from remote_agent.eagle3.drafter.model import ttt_attention
 
     merge_fn = ttt_attention._merge_fn
     checkpoint = opts == "lean"
@@ -177,7 +177,7 @@ def test_shard_block_mask_equals_create_block_mask(n):
     pytest.importorskip("torch.nn.attention.flex_attention")
     from torch.nn.attention.flex_attention import create_block_mask
 
-    from remote_agent.eagle3.drafter.ttt_attention import (
+    from remote_agent.eagle3.drafter.model.ttt_attention import (
         doc_ids_from_lengths,
         flex_block_mask_range,
     )
@@ -208,7 +208,7 @@ def test_flex_shard_rows_equal_the_full_attention_rows_on_cpu():
     """Eager flex on CPU (no backward there): a shard's query rows against every key give the
     full causal attention's rows (112-wide heads, documents crossing the shard border)."""
     pytest.importorskip("torch.nn.attention.flex_attention")
-    from remote_agent.eagle3.drafter.ttt_attention import TTTAttention, doc_ids_from_lengths
+    from remote_agent.eagle3.drafter.model.ttt_attention import TTTAttention, doc_ids_from_lengths
 
     g = torch.Generator().manual_seed(0)
     n = 384

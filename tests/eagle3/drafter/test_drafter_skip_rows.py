@@ -8,10 +8,10 @@ import torch
 from test_drafter_model_loss import model_drafter
 
 from remote_agent.eagle3.distributed import Dist
-from remote_agent.eagle3.drafter.config import TrainSection
-from remote_agent.eagle3.drafter.data import Batch
-from remote_agent.eagle3.drafter.train import StepContext, TTTStep, _Window, forward_backward
-from remote_agent.eagle3.drafter.ttt_attention import doc_ids_from_lengths
+from remote_agent.eagle3.drafter.model.ttt_attention import doc_ids_from_lengths
+from remote_agent.eagle3.drafter.train.config import TrainSection
+from remote_agent.eagle3.drafter.train.data import Batch
+from remote_agent.eagle3.drafter.train.loop import StepContext, TTTStep, _Window, forward_backward
 
 
 def chat_batch(seed: int = 0) -> Batch:
@@ -121,7 +121,7 @@ def test_a_batch_without_any_later_loss_keeps_one_row():
 
 
 def test_row_plan_runs_a_subset_only_when_it_saves_enough():
-    from remote_agent.eagle3.drafter.train import RowPlan
+    from remote_agent.eagle3.drafter.train.loop import RowPlan
 
     n, steps = 100, 3
     ones = [torch.ones(n - 1 - k) for k in range(steps)]

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from remote_agent.eagle3.drafter import checkpoint as ckpt
-from remote_agent.eagle3.drafter import config as config_mod
-from remote_agent.eagle3.drafter.train import train
+from remote_agent.eagle3.drafter.train import checkpoint as ckpt
+from remote_agent.eagle3.drafter.train import config as config_mod
+from remote_agent.eagle3.drafter.train.loop import train
 from tests.support.paths import REPO
 from tests.support.procs import run_tree
 
@@ -90,7 +90,7 @@ def test_host_embedding_trains_bit_for_bit_like_the_device_one(tiny_inputs, tmp_
     on the device has no embedding rows at all, the loader gathers them; losses, gradient
     norms and weights are those of the device lookup, bit for bit. Where it cannot apply,
     asking for it is an error."""
-    from remote_agent.eagle3.drafter.train import _embed_on_host
+    from remote_agent.eagle3.drafter.train.loop import _embed_on_host
     from remote_agent.eagle3.errors import BadInput
 
     runs = {}
@@ -176,7 +176,7 @@ def test_mla_drafter_trains_and_exports(tiny_inputs, tmp_path, make_config):
     cfg = make_config(tmp_path / "c.json", tiny_inputs, drafter=mla, train={"max_steps": 2})
     result = train(config_mod.load(cfg))
     assert result["steps"] == 2
-    from remote_agent.eagle3.drafter.export import export_checkpoint
+    from remote_agent.eagle3.drafter.export.export import export_checkpoint
 
     info = export_checkpoint(tmp_path / "run", tmp_path / "export")
     config = json.loads((Path(info["out"]) / "config.json").read_text())

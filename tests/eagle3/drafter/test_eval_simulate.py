@@ -1,4 +1,4 @@
-"""`eval`'s teacher-forced simulation on its own greedy outputs (eval_simulate.py): equal to a
+"""`eval`'s teacher-forced simulation on its own greedy outputs (teacher_forced.py): equal to a
 brute force over draft_chain, and reported next to the measured accept length."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from remote_agent.eagle3.cli import main
-from remote_agent.eagle3.drafter.eval_simulate import teacher_forced
-from remote_agent.eagle3.drafter.evaluate import Target, load_prompts, speculative_decode
-from remote_agent.eagle3.drafter.export import load_export
-from remote_agent.eagle3.drafter.synthetic import load_target
+from remote_agent.eagle3.drafter.eval.evaluate import Target, load_prompts, speculative_decode
+from remote_agent.eagle3.drafter.eval.synthetic import load_target
+from remote_agent.eagle3.drafter.eval.teacher_forced import teacher_forced
+from remote_agent.eagle3.drafter.export.export import load_export
 from tests.eagle3.drafter.conftest import write_config
 
 
@@ -78,7 +78,7 @@ def test_eval_reports_the_simulation_on_the_same_tokens(tiny_inputs, exported, t
 def _forced_chain(d, aux, seq: list[int], t: int, depth: int) -> list[int]:
     """draft_chain's plain-attention math, but step k+1 embeds the TRUE token t+2+k (teacher
     forcing): an independent restatement of one TTT column at position t."""
-    from remote_agent.eagle3.drafter.model import _attend
+    from remote_agent.eagle3.drafter.model.model import _attend
 
     layer, attn = d.midlayer, d.midlayer.self_attn
     n = t + 1

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from remote_agent.eagle3.drafter.data import conversation_id, is_holdout
-from remote_agent.eagle3.drafter.evaluate import load_prompts
+from remote_agent.eagle3.drafter.eval.evaluate import load_prompts
+from remote_agent.eagle3.drafter.train.data import conversation_id, is_holdout
 
 
 def test_turns_of_a_conversation_never_straddle_the_split(tmp_path):

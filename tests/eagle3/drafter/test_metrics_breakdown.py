@@ -1,5 +1,5 @@
 """acc_k's two denominators and the simulated acceptance per source (metrics_breakdown.py),
-through train.py's real log window: a hand-computed case, then a real tiny training run."""
+through the trainer's real log window (metrics.py): a hand-computed case, then a real tiny training run."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import json
 import torch
 
 from remote_agent.eagle3.distributed import Dist
-from remote_agent.eagle3.drafter import config as config_mod
-from remote_agent.eagle3.drafter.data import packed_batch, step_targets
-from remote_agent.eagle3.drafter.loss import Teacher
-from remote_agent.eagle3.drafter.train import StepOut, _Window, train
+from remote_agent.eagle3.drafter.model.loss import Teacher
+from remote_agent.eagle3.drafter.train import config as config_mod
+from remote_agent.eagle3.drafter.train.data import packed_batch, step_targets
+from remote_agent.eagle3.drafter.train.loop import StepOut, _Window, train
 
 
 def _mask(n: int, on: list[int]) -> torch.Tensor:
@@ -48,7 +48,7 @@ def test_hand_computed_window() -> None:
     argmax = torch.tensor([0, 1, 2, 5, 3, 1, 0, 3, 3])
     t2d = _mask(6, [0, 1, 2, 3])
     tch = Teacher(torch.zeros(n, 4), argmax, t2d[argmax])
-    # the loss weights train.forward_backward builds: supervised, in the document, in vocab
+    # the loss weights step.forward_backward builds: supervised, in the document, in vocab
     weights = [_mask(8, [0, 1, 5, 6]).float(), _mask(7, [0, 5]).float()]
     args = [
         torch.tensor([1, 0, 3, 0, 0, 0, 2, 0]),  # draft ids = target ids here

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from remote_agent.eagle3.drafter.config import OnlineSection
+from remote_agent.eagle3.drafter.train.config import OnlineSection
 from remote_agent.eagle3.online.source import OnlineFetcher
 
 

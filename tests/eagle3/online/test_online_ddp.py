@@ -50,7 +50,7 @@ def test_two_ranks_online_equal_two_ranks_offline(inputs, tmp_path):
 
 
 def test_ranks_need_their_own_addresses(inputs, tmp_path):
-    from remote_agent.eagle3.drafter import config as config_mod
+    from remote_agent.eagle3.drafter.train import config as config_mod
     from remote_agent.eagle3.errors import BadInput
     from remote_agent.eagle3.online.source import OnlinePlan
 

@@ -24,8 +24,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from remote_agent.eagle3.drafter import config as config_mod  # noqa: E402
-from remote_agent.eagle3.drafter.train import train  # noqa: E402
+from remote_agent.eagle3.drafter.train import config as config_mod  # noqa: E402
+from remote_agent.eagle3.drafter.train.loop import train  # noqa: E402
 from remote_agent.eagle3.online import compare  # noqa: E402
 from remote_agent.eagle3.online.producer import ReferenceProducer  # noqa: E402
 from tests.support.paths import REPO  # noqa: E402

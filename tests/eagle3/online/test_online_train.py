@@ -12,8 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from remote_agent.eagle3.drafter import config as config_mod  # noqa: E402
-from remote_agent.eagle3.drafter.train import train  # noqa: E402
+from remote_agent.eagle3.drafter.train import config as config_mod  # noqa: E402
+from remote_agent.eagle3.drafter.train.loop import train  # noqa: E402
 from remote_agent.eagle3.errors import BadInput  # noqa: E402
 from remote_agent.eagle3.online import compare  # noqa: E402
 from remote_agent.eagle3.online.producer import ReferenceProducer  # noqa: E402
@@ -84,7 +84,7 @@ def test_cache_ring_stays_within_its_size(inputs, tmp_path):
 def test_a_producer_of_another_model_is_refused(inputs, tmp_path, tally):
     """The target's weights differ from the producer's (another seed of the tiny preset): the
     trainer stops at the HELLO with the reason, before any step."""
-    from remote_agent.eagle3.tiny import ensure_tiny
+    from remote_agent.eagle3.tiny.cache import ensure_tiny
 
     other = ensure_tiny("ci", seed=1)
     addr = sock_addr()

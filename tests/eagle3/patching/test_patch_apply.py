@@ -14,10 +14,10 @@ import sys
 import pytest
 from patch_fixtures import PATCHED_SHA256, PRISTINE_SHA256, RELEASES, make_site, wheel_file
 
-from remote_agent.atomic_write import TEMP_MARK
 from remote_agent.eagle3.cli import main
 from remote_agent.eagle3.patching import hashes
 from remote_agent.eagle3.patching.blocks import PatchError, apply_blocks, load_spec
+from remote_agent.wire.atomic_write import TEMP_MARK
 
 
 def sha(path) -> str:

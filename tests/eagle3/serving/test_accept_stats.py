@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from remote_agent.eagle3.accept_stats import accept_stats
+from remote_agent.eagle3.serving.accept_stats import accept_stats
 
 
 def test_requests_without_a_verify_step_are_counted_apart():

@@ -42,7 +42,7 @@ def test_sglang_keys_are_added_once(check, tmp_path):
 
 
 def test_prompts_are_single_turn_and_read_by_accept(check, tmp_path):
-    from remote_agent.eagle3.serving import load_prompts
+    from remote_agent.eagle3.serving.checks import load_prompts
 
     data = tmp_path / "d.jsonl"
     rows = [
@@ -261,7 +261,7 @@ def test_server_info_records_the_served_context_length(check, tmp_path):
 
 def test_kimi_gpu_preset_has_kimis_mla_dims_and_context():
     """The target the GPU check builds: Kimi-K2.5's MLA head dims and context settings."""
-    from remote_agent.eagle3 import tiny
+    from remote_agent.eagle3.tiny import deepseek as tiny
 
     c = tiny.deepseek_config(tiny.PRESETS["kimi-gpu"], 16384, 2, 3)
     assert (c.kv_lora_rank, c.qk_rope_head_dim, c.qk_nope_head_dim, c.v_head_dim) == (

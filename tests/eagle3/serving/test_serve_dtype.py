@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from remote_agent.eagle3 import sglang_launch_cmd
-from remote_agent.eagle3.drafter.serve_dtype import dtype_mismatch, served_dtype
+from remote_agent.eagle3.drafter.export.serve_dtype import dtype_mismatch, served_dtype
 from remote_agent.eagle3.errors import BadInput
+from remote_agent.eagle3.serving import sglang_launch_cmd
 
 TORCH_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 

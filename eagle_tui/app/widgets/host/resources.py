@@ -1,5 +1,5 @@
 """Disk free for the runbook's watched paths and per-GPU utilisation/memory with sparklines,
-from the agent's HostStats samples (`remote_agent/stats.py`: disk[], gpus[] or gpu_error)."""
+from the agent's HostStats samples (`remote_agent/agent/stats.py`: disk[], gpus[] or gpu_error)."""
 
 from __future__ import annotations
 

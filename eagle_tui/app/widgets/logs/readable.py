@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from eagle_tui.present.status import progress_text
-from remote_agent.progress import PREFIX, parse
+from remote_agent.wire.progress import PREFIX, parse
 
 
 def figure(v: Any) -> str:
