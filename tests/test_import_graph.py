@@ -22,12 +22,8 @@ from tests.support.paths import REPO
 
 PACKAGES = ("runbook", "eagle_tui", "remote_agent")
 
-# each a set of repo-relative files; the reason for each is in docs/ARCHITECTURE.md
-KNOWN: list[frozenset[str]] = [
-    frozenset(  # the dump reader asks the sharding module for a root's shards (lazy, both ways)
-        {"remote_agent/eagle3/dense.py", "remote_agent/eagle3/extraction/sharding.py"}
-    ),
-]
+# each a set of repo-relative files; the reason for each is in docs/ARCHITECTURE.md (none left)
+KNOWN: list[frozenset[str]] = []
 
 
 def module_files() -> dict[str, Path]:

@@ -46,7 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from remote_agent.eagle3.dense import DumpFormatError
     from remote_agent.eagle3.extraction.dataset import open_dataset
-    from remote_agent.eagle3.extraction.sharding import parts_of, union_report
+    from remote_agent.eagle3.extraction.shard_union import union_report
+    from remote_agent.eagle3.extraction.sharding import parts_of
     from remote_agent.eagle3.extraction.verify import PROBLEMS, verify_dump
     from remote_agent.eagle3.progress import emit
 
