@@ -66,6 +66,35 @@ SLOW: tuple[str, ...] = (
     # measured alone on 2026-12-07 (load 7-9): 55-65 s per /bin/sh, 30 s
     "tests/faults/test_records_terminal.py::test_records_and_terminals_cannot_be_forged",
     "tests/tui/test_operator_night.py::test_interrupting_auto_mid_job",
+    # measured 2026-12-07 in `make test-fast` (2 workers, quiet): 5 s or more each; together
+    # ~430 of the fast tier's ~830 worker-seconds
+    "tests/eagle3/online/test_online_faults.py",
+    "tests/eagle3/online/test_online_ddp.py",
+    "tests/eagle3/online/test_stream_hook.py::test_both_modes_route_the_stream",
+    "tests/eagle3/online/test_stream_hook.py::test_slow_consumer_never_blocks",
+    "tests/eagle3/online/test_stream_hook.py::test_stream_carries_rows_ids",
+    "tests/eagle3/online/test_online_train.py::test_online_equals_offline_bit_for_bit",
+    "tests/eagle3/online/test_online_train.py::test_disk_cache_feeds_the_second_epoch",
+    "tests/eagle3/online/test_online_train.py::test_a_producer_of_another_model_is_refused",
+    "tests/faults/test_values_sweep.py::test_no_value_runs_as_code",
+    "tests/faults/test_delete_attacks.py::test_kill9_mid_delete_then_resume",
+    "tests/faults/test_delete_attacks.py::test_delete_on_a_full_disk_frees_it",
+    "tests/faults/test_delete_attacks.py::test_two_drivers_delete_once",
+    "tests/faults/test_secrets.py::test_a_secret_given_as_a_value_is_refused",
+    "tests/faults/test_atomic_write.py::test_kill_between_write_and_rename",
+    "tests/faults/test_audit.py::test_audit_verify_consults_the_box_head",
+    "tests/faults/test_audit.py::test_enospc_on_state_dir",
+    "tests/eagle3/extraction/test_extract_client.py::test_full_disk_refused_then_failing",
+    "tests/eagle3/extraction/test_extract_client.py::test_partial_run_then_resume",
+    "tests/eagle3/serving/test_serving_checks.py::test_accept_of_exactly_one_fails",
+    "tests/eagle3/serving/test_serving_checks.py::test_accept_uses_sglangs_formula",
+    "tests/eagle3/serving/test_gpu_sglang_check.py::test_kimi_gpu_preset_has_kimis_mla_dims",
+    "tests/eagle3/drafter/test_eval_simulate.py",
+    "tests/eagle3/drafter/test_drafter_long_memory.py::test_fused_soft_ce_matches_the_direct",
+    "tests/eagle3/drafter/test_drafter_long_memory.py::test_trainer_step_with_compile_loss",
+    "tests/tui/test_operator_night.py::test_a_silent_job_says_how_long",
+    "tests/tui/test_full_log_search.py::test_search_the_full_log",
+    "tests/ssh/test_connect_phases.py::test_auto_names_the_phase_and_its_bound",
 )
 SLOW_ENVIRONMENTS = ("sshd", "netns")
 

@@ -27,8 +27,11 @@ def test_a_cancelled_close_still_reaps_the_agent(tmp_path: Path, monkeypatch, ti
         closing = asyncio.ensure_future(session.close())
         for _ in range(ticks):  # into the goodbye (or the wait for the agent's exit)
             await asyncio.sleep(0)
-        closing.cancel()
-        with pytest.raises(asyncio.CancelledError):
+        if closing.cancel():
+            with pytest.raises(asyncio.CancelledError):
+                await closing
+        else:  # the close won the race (a quick agent exit): only the longest wait may see that
+            assert ticks == 10, "the close finished before a cancel a few ticks in"
             await closing
         assert running(started) == [], "the cancelled close left the agent running"
 
