@@ -197,3 +197,28 @@ def test_cached_decode_equals_the_full_recompute(tiny_target):
         seen_partial.update(fast.accepted_at)
     assert len(seen_partial) > 2  # several acceptance profiles were exercised
     assert target.cache is None  # nothing left behind between prompts
+
+
+def test_rejected_drafts_leave_the_cache_with_a_negative_crop(tiny_target, monkeypatch):
+    """transformers 5.17 deprecates `crop(keep)` (a positive length; gone in 5.18): the cache
+    drops rejected drafts with `crop(-removed)`, which every version reads the same."""
+    from transformers.cache_utils import DynamicLayer
+
+    seen: list[int] = []
+    real = DynamicLayer.crop
+
+    def recording(self, tokens_to_remove):
+        seen.append(tokens_to_remove)
+        return real(self, tokens_to_remove)
+
+    monkeypatch.setattr(DynamicLayer, "crop", recording)
+    model, tok = load_target(tiny_target)
+    target = Target(model, [2, 4, 5])
+    prompt = load_prompts_from_text(tok)
+    target.extend(prompt)
+    target.keep(len(prompt) - 3)
+    assert target.cache is not None and target.cache.get_seq_length() == len(prompt) - 3
+    target.keep(len(prompt) - 3)  # nothing to drop: no call
+    ref = greedy(model, prompt, 20, frozenset())
+    speculative_decode(target, FlakyDrafter(ref, len(prompt), 2048, 2), prompt, 20, 3, frozenset())
+    assert seen and all(n < 0 for n in seen), seen

@@ -90,7 +90,9 @@ class Target:
 
     def keep(self, n: int) -> None:
         assert self.cache is not None  # keep follows a prefill or an extend
-        self.cache.crop(n)
+        drop = self.cache.get_seq_length() - n
+        if drop > 0:  # a negative crop removes that many tokens in every transformers version;
+            self.cache.crop(-drop)  # a positive one (keep n) is deprecated from 5.17, gone in 5.18
 
     def reset(self) -> None:
         self.cache = None
