@@ -62,12 +62,10 @@ class HostTrust:
         """Reconnect with the fingerprint trusted: new options, and a factory that uses them."""
         app = self.app
         app.options = (app.options or TransportOptions()).trusting(fingerprint)
-        if isinstance(app.engine.transports, HostTransports):
-            app.engine.transports = dataclasses.replace(app.engine.transports, options=app.options)
-        old = app.engine.sessions.pop(host, None)
-        if old is not None:
-            await old.close()
-        await (await app.engine.session(host)).connection()
+        factory = app.engine.transports
+        if isinstance(factory, HostTransports):
+            factory = dataclasses.replace(factory, options=app.options)
+        await app.engine.reconnect(host, factory)
         app.notify(f"{host}: trusted {fingerprint}; connected")
         if not app.opened:  # the open needs the box (the driver claim): try it again now
             app.run_worker(app._open(), name="open", group=ENGINE_GROUP, exit_on_error=False)

@@ -139,10 +139,6 @@ class Engine:
     def transports(self) -> TransportFactory:
         return self.hosts.transports
 
-    @transports.setter
-    def transports(self, factory: TransportFactory) -> None:  # a trusted host key (app/trust.py)
-        self.hosts.transports = factory
-
     @property
     def want_stats(self) -> bool:
         return self.hosts.want_stats
@@ -156,6 +152,10 @@ class Engine:
 
     async def session(self, host: str) -> HostSession:
         return await self.hosts.session(host)
+
+    async def reconnect(self, host: str, transports: TransportFactory) -> None:
+        """`host` again through `transports` (the cockpit trusted its key): Hosts.reconnect."""
+        await self.hosts.reconnect(host, transports)
 
     # ------------------------------------------------------------------ lifecycle
     async def open_readonly(self) -> str:

@@ -90,6 +90,17 @@ class Hosts:
                 )
         return self.sessions[host]
 
+    async def reconnect(self, host: str, transports: TransportFactory) -> HostSession:
+        """Connect `host` again through another factory (a host key trusted since): its old
+        session closes (its jobs keep running), every later session uses the new factory."""
+        self.transports = transports
+        old = self.sessions.pop(host, None)
+        if old is not None:
+            await old.close()
+        session = await self.session(host)
+        await session.connection()
+        return session
+
     async def call(self, host: str, op: str, **args: Any) -> dict[str, Any]:
         return await (await self.session(host)).call(op, **args)
 
