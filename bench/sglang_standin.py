@@ -27,7 +27,7 @@ import os
 import queue
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -35,6 +35,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+from remote_agent.eagle3.json_handler import JsonHandler  # noqa: E402 (the repo is on the path now)
 
 FLAGS = (  # launch_server flags the stand-in reads (the rest are recorded as given)
     ("--model-path", str, None),
@@ -278,33 +280,22 @@ class Server:
     def _handler(self):
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _reply(self, status: int, obj: Any) -> None:
-                body = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
+        class Handler(JsonHandler):
             def do_GET(self) -> None:
                 if self.path in ("/server_info", "/get_server_info"):
-                    self._reply(200, server.state())
+                    self.reply(200, server.state())
                 elif self.path in ("/model_info", "/get_model_info"):
-                    self._reply(200, {"model_path": server.info["model_path"]})
+                    self.reply(200, {"model_path": server.info["model_path"]})
                 elif self.path == "/health":
-                    self._reply(200, {})
+                    self.reply(200, {})
                 else:
-                    self._reply(404, {"detail": "Not Found"})
+                    self.reply(404, {"detail": "Not Found"})
 
             def do_POST(self) -> None:
                 if self.path != "/generate":
-                    self._reply(404, {"detail": "Not Found"})
+                    self.reply(404, {"detail": "Not Found"})
                     return
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = self.read_json()
                 sp = body.get("sampling_params") or {}
                 max_new = int(sp.get("max_new_tokens", 16))
                 one = not isinstance(body.get("input_ids", [[0]])[0], list)
@@ -312,7 +303,7 @@ class Server:
                 rids = body.get("rid") or [f"req-{id(body)}-{i}" for i in range(len(ids))]
                 rids = [rids] if isinstance(rids, str) else rids
                 if server.extracting and max_new > 1:
-                    self._reply(400, {"error": "stand-in: extraction serves prefill only"})
+                    self.reply(400, {"error": "stand-in: extraction serves prefill only"})
                     return
                 hidden = bool(body.get("return_hidden_states"))
                 reqs = [Request(r, list(map(int, i)), hidden, max_new) for r, i in zip(rids, ids, strict=True)]  # fmt: skip
@@ -322,7 +313,7 @@ class Server:
                     r.done.wait(600)
                 errors = [r.error for r in reqs if r.error]
                 if errors:
-                    self._reply(500, {"error": errors[0]})
+                    self.reply(500, {"error": errors[0]})
                     return
                 answers = []
                 for r in reqs:
@@ -334,7 +325,7 @@ class Server:
                         meta["hidden_states"] = r.rows
                     out_ids = [r.token] if r.max_new > 0 else []
                     answers.append({"text": "", "output_ids": out_ids, "meta_info": meta})
-                self._reply(200, answers[0] if one else answers)
+                self.reply(200, answers[0] if one else answers)
 
         return Handler
 

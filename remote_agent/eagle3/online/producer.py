@@ -12,12 +12,13 @@ benches, and a GPU box without SGLang (`--device cuda`).
 from __future__ import annotations
 
 import argparse
-import json
 import threading
 from dataclasses import asdict
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from remote_agent.eagle3.json_handler import JsonHandler
 
 HELP = "serve the HF reference extractor as an online-training stream producer"
 
@@ -124,30 +125,19 @@ class ReferenceProducer:
     def _handler(self):
         producer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _reply(self, status: int, obj: Any) -> None:
-                body = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
+        class Handler(JsonHandler):
             def do_GET(self) -> None:
                 if self.path in ("/health", "/server_info", "/get_server_info"):
-                    self._reply(200, producer.info())
+                    self.reply(200, producer.info())
                 else:
-                    self._reply(404, {"detail": "Not Found"})
+                    self.reply(404, {"detail": "Not Found"})
 
             def do_POST(self) -> None:
                 if self.path != "/generate":
-                    self._reply(404, {"detail": "Not Found"})
+                    self.reply(404, {"detail": "Not Found"})
                     return
                 try:
-                    body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                    body = self.read_json()
                     rids, ids = body["rid"], body["input_ids"]
                     if isinstance(rids, str):
                         rids, ids = [rids], [ids]
@@ -155,9 +145,9 @@ class ReferenceProducer:
                         raise ValueError("prefill-only requests (max_new_tokens 0)")
                     producer.generate(list(rids), [list(map(int, i)) for i in ids])
                 except (KeyError, ValueError, TypeError) as exc:
-                    self._reply(400, {"error": str(exc)})
+                    self.reply(400, {"error": str(exc)})
                     return
-                self._reply(200, [{"text": "", "meta_info": {"id": r}} for r in rids])
+                self.reply(200, [{"text": "", "meta_info": {"id": r}} for r in rids])
 
         return Handler
 

@@ -18,11 +18,12 @@ import shutil
 import sys
 import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from remote_agent.eagle3.json_handler import JsonHandler
 from tests.support.paths import REPO
 
 
@@ -309,46 +310,35 @@ class FakeSGLang:
     def _handler(self):
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _reply(self, status: int, obj: Any) -> None:
-                body = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
+        class Handler(JsonHandler):
             def do_GET(self) -> None:
                 if self.path in ("/server_info", "/get_server_info"):
-                    self._reply(200, server.flags)
+                    self.reply(200, server.flags)
                 elif self.path in ("/model_info", "/get_model_info"):
-                    self._reply(200, {"model_path": str(server.model_dir)})
+                    self.reply(200, {"model_path": str(server.model_dir)})
                 elif self.path == "/health":
-                    self._reply(200, {})
+                    self.reply(200, {})
                 else:
-                    self._reply(404, {"detail": "Not Found"})
+                    self.reply(404, {"detail": "Not Found"})
 
             def do_POST(self) -> None:
                 if self.path != "/generate":
-                    self._reply(404, {"detail": "Not Found"})
+                    self.reply(404, {"detail": "Not Found"})
                     return
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = self.read_json()
                 if isinstance(body.get("rid"), list):  # a batched call (the SGLang canary)
                     self._batched(body)
                     return
                 if body.get("sampling_params", {}).get("max_new_tokens") != 0:
-                    self._reply(400, {"error": "extraction requests are prefill-only"})
+                    self.reply(400, {"error": "extraction requests are prefill-only"})
                     return
                 req = _Req(body["rid"], list(body["input_ids"]))
                 server.requests.put(req)
                 req.done.wait(60)
                 if req.error:
-                    self._reply(500, {"error": req.error})
+                    self.reply(500, {"error": req.error})
                 else:
-                    self._reply(
+                    self.reply(
                         200,
                         {"text": "", "meta_info": {"id": req.rid, "prompt_tokens": len(req.ids)}},
                     )
@@ -356,7 +346,7 @@ class FakeSGLang:
             def _batched(self, body: dict) -> None:
                 hidden = bool(body.get("return_hidden_states"))
                 if hidden and not server.flags.get("enable_return_hidden_states"):
-                    self._reply(400, {"error": "enable_return_hidden_states is off"})
+                    self.reply(400, {"error": "enable_return_hidden_states is off"})
                     return
                 pairs = zip(body["rid"], body["input_ids"], strict=True)
                 reqs = [_Req(r, list(i), hidden) for r, i in pairs]
@@ -366,7 +356,7 @@ class FakeSGLang:
                     r.done.wait(60)
                 errors = [r.error for r in reqs if r.error]
                 if errors:
-                    self._reply(500, {"error": errors[0]})
+                    self.reply(500, {"error": errors[0]})
                     return
                 answers = []
                 for r in reqs:
@@ -374,6 +364,6 @@ class FakeSGLang:
                     if r.rows is not None:
                         meta["hidden_states"] = r.rows
                     answers.append({"text": "", "output_ids": [r.token], "meta_info": meta})
-                self._reply(200, answers)
+                self.reply(200, answers)
 
         return Handler
