@@ -4,6 +4,7 @@ dir and spool, collect engine events, and wait on conditions (never fixed sleeps
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -44,6 +45,12 @@ class Env:
         for s in sets:
             out += ["--set", s]
         return out + list(extra)
+
+    def run_to_the_end(self) -> None:
+        """The whole runbook headless (`--auto --yes`, a real process), as the night before a
+        reopen: the cockpit then opens a finished run."""
+        argv = [sys.executable, "-m", "eagle_tui.cli", *self.argv("--auto", "--yes", "--quiet")]
+        assert subprocess.run(argv, capture_output=True, timeout=120).returncode == 0
 
     def app(self, *extra: str, **kw: Any) -> CockpitApp:
         args = build_parser().parse_args(self.argv(*extra))

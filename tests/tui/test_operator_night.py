@@ -374,8 +374,7 @@ async def test_a_reopened_run_keeps_its_guards_through_d(cockpit_env):
     recorded results of finished steps in place."""
     env = cockpit_env
     env.extra_sets += ["lines=6"]
-    argv = [sys.executable, "-m", "eagle_tui.cli", *env.argv("--auto", "--yes", "--quiet")]
-    assert subprocess.run(argv, capture_output=True, timeout=120).returncode == 0
+    env.run_to_the_end()
     from eagle_tui.app.widgets.steps.detail import StepDetail
 
     app = env.app("--run", "latest")

@@ -7,8 +7,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 from eagle_tui.app.widgets.logs.live_log import LiveLog
 from eagle_tui.app.widgets.steps.detail import StepDetail
@@ -24,8 +22,7 @@ def state_of(env) -> dict:
 async def test_reopened_cockpit_shows_the_selected_steps_log_tail(cockpit_env):
     env = cockpit_env
     env.extra_sets += ["lines=12"]
-    argv = [sys.executable, "-m", "eagle_tui.cli", *env.argv("--auto", "--yes", "--quiet")]
-    assert subprocess.run(argv, capture_output=True, timeout=120).returncode == 0
+    env.run_to_the_end()
     app = env.app("--run", "latest")
     async with app.run_test(size=SIZE) as pilot:
         await opened(pilot)
@@ -49,8 +46,7 @@ async def test_reopened_cockpit_keeps_the_guards_and_proofs(cockpit_env):
     instead of "not evaluated yet"."""
     env = cockpit_env
     env.extra_sets += ["lines=6"]
-    argv = [sys.executable, "-m", "eagle_tui.cli", *env.argv("--auto", "--yes", "--quiet")]
-    assert subprocess.run(argv, capture_output=True, timeout=120).returncode == 0
+    env.run_to_the_end()
     app = env.app("--run", "latest")
     async with app.run_test(size=SIZE) as pilot:
         await opened(pilot)
