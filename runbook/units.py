@@ -6,6 +6,8 @@ import re
 
 from pydantic import ByteSize, TypeAdapter, ValidationError
 
+from remote_agent.wire.units import format_size as format_size  # one way, both sides
+
 _BYTES = TypeAdapter(ByteSize)  # "500GiB" binary, "2TB" / "2k" decimal, case-insensitive
 # ByteSize alone is lax (any Unicode digit, junk after the unit): the shape is checked first.
 _SIZE_RE = re.compile(r"^\s*[0-9]+(?:\.[0-9]+)?\s*[a-zA-Z]*\s*$")
@@ -55,14 +57,6 @@ def parse_duration(value: object) -> float:
     if pos != len(text) or not text:
         raise ValueError(f"cannot read duration {value!r}; write e.g. 90s, 10m, 1h30m or 2d")
     return total
-
-
-def format_size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(n) < 1024 or unit == "PiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} PiB"
 
 
 def format_duration(seconds: float) -> str:

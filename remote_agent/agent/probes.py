@@ -26,6 +26,7 @@ from remote_agent.agent import gpu
 from remote_agent.agent.deletion import measure
 from remote_agent.agent.jobenv import job_base_env
 from remote_agent.wire.targets import Refused, canonical_target
+from remote_agent.wire.units import format_size
 
 Result = tuple[bool, Any, str]
 
@@ -116,7 +117,7 @@ def _path_info(p: Path) -> dict[str, Any]:
 def _exists_text(p: Path, obs: dict[str, Any]) -> str:
     """A file's size; a directory entry's size says nothing of its contents, so none is given."""
     if obs["type"] == "file":
-        return f"{p} exists (file, {_gib(obs['size'])})"
+        return f"{p} exists (file, {format_size(obs['size'])})"
     return f"{p} exists ({'a directory' if obs['type'] == 'dir' else obs['type']})"
 
 
@@ -186,15 +187,6 @@ def disk_usage(p: Path) -> dict[str, Any]:
     return {"path": str(q), "total": total, "free": free, "used": total - st.f_bfree * st.f_frsize}
 
 
-def _gib(n: float) -> str:
-    """A byte count a person reads (the same units as runbook/units.py's format_size)."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            break
-        n /= 1024
-    return f"{int(n)} B" if unit == "B" else f"{n:.1f} {unit}"
-
-
 def _bound(n: float) -> str:
     """A size the runbook wrote, in the units it was written in: `100TB` arrives as 10**14
     bytes, which `_gib` would echo as `90.9 TiB`. A count `_gib` cannot show exactly that is a
@@ -203,11 +195,11 @@ def _bound(n: float) -> str:
     units = ("B", "KiB", "MiB", "GiB", "TiB")
     k = min(len(units) - 1, max(0, (n.bit_length() - 1) // 10))  # the unit _gib picks
     if n % (1 << (10 * k)) == 0:
-        return _gib(n)  # 500GiB, 1048576, 812 B: exact in binary units
+        return format_size(n)  # 500GiB, 1048576, 812 B: exact in binary units
     for unit, scale in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
         if n >= scale and (n * 10) % scale == 0:
             return f"{n / scale:g} {unit}"
-    return _gib(n)
+    return format_size(n)
 
 
 def _files(n: int) -> str:
@@ -224,7 +216,7 @@ def check_disk_free(f: Fields) -> Result:
     obs = {"free_bytes": du["free"], "total_bytes": du["total"], "path": du["path"]}
     ok = du["free"] >= need
     rel = ">=" if ok else "<"
-    return ok, obs, f"{du['path']}: {_gib(du['free'])} free {rel} {_bound(need)} required"
+    return ok, obs, f"{du['path']}: {format_size(du['free'])} free {rel} {_bound(need)} required"
 
 
 def dir_size(root: Path, deadline: Deadline) -> dict[str, Any]:
@@ -292,7 +284,7 @@ def check_dir_size(f: Fields) -> Result:
         )
         if x
     )
-    msg = f"{p}: {_gib(obs['bytes'])} in {_files(obs['files'])}"
+    msg = f"{p}: {format_size(obs['bytes'])} in {_files(obs['files'])}"
     if bounds:
         msg += f", {'within' if ok else 'not within'} {bounds}"
     return ok, obs, msg
@@ -589,7 +581,7 @@ def check_delete_target(f: Fields) -> Result:
         return False, {"path": raw}, f"refused {raw!r}: {exc}"
     if obs["kind"] == "absent":
         return True, obs, f"{raw!r}: {obs['target']} is already absent"
-    size = f"{_gib(obs['bytes'])} in {_files(obs['files'])}"
+    size = f"{format_size(obs['bytes'])} in {_files(obs['files'])}"
     return True, obs, f"{raw!r} deletes {obs['kind']} {obs['target']}: {size}"
 
 

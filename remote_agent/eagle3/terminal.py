@@ -9,6 +9,8 @@ from __future__ import annotations
 import atexit
 from typing import Any, TextIO
 
+from remote_agent.wire.units import format_size
+
 
 def number(v: Any) -> str:
     """Figures a person reads: 4 significant digits, thousands separators, no 16-digit floats."""
@@ -31,15 +33,6 @@ def duration(seconds: float) -> str:
     return f"{m}m{s:02d}s" if m < 60 else f"{m // 60}h{m % 60:02d}m"
 
 
-def size(n: float) -> str:
-    """Bytes as `247.6 KiB` (the units of runbook/units.py; this file stays standard library)."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            break
-        n /= 1024
-    return f"{int(n)} B" if unit == "B" else f"{n:.1f} {unit}"
-
-
 def figure(key: str, v: Any) -> str:
     """One value of a record: byte counts as sizes, nested objects as `k v · k v`, lists short."""
     if isinstance(v, dict):
@@ -55,7 +48,7 @@ def figure(key: str, v: Any) -> str:
         and not isinstance(v, bool)
         and (key == "bytes" or key.endswith("_bytes"))
     ):
-        return size(v)
+        return format_size(v)
     return number(v)
 
 
@@ -66,7 +59,7 @@ def pairs(record: dict[str, Any], skip: tuple[str, ...] = ("kind",)) -> str:
 def count(r: dict[str, Any]) -> str:
     """`450/1,000` or, for a stage counted in bytes, `120.0 MiB/1.2 GiB`."""
     done, total = r.get("done") or 0, r.get("total")
-    shown = size if r.get("unit") == "bytes" else number
+    shown = format_size if r.get("unit") == "bytes" else number
     return f"{shown(done)}/{shown(total)}" if total else shown(done)
 
 
@@ -172,7 +165,7 @@ _views: dict[int, Any] = {}
 
 
 def rate_text(r: dict[str, Any]) -> str:
-    return f"{size(r['rate'])}/s" if r.get("unit") == "bytes" else f"{number(r['rate'])}/s"
+    return f"{format_size(r['rate'])}/s" if r.get("unit") == "bytes" else f"{number(r['rate'])}/s"
 
 
 def view_for(stream: TextIO) -> Any:
