@@ -30,6 +30,7 @@ import bisect
 import json
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 CURSOR_SUFFIX = ".cursor"
@@ -45,35 +46,75 @@ def times_path(mirror: Path) -> Path:
     return mirror.with_name(mirror.name + TIMES_SUFFIX)
 
 
+@dataclass
+class TimesScan:
+    """New entries of a `.times` file read from `start` up to `end` (bytes of that file)."""
+
+    start: int
+    end: int
+    ends: list[int] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    reset: bool = False  # the file shrank (a resume cut it back): start over
+
+
 class ChunkTimes:
     """When the bytes of a mirror arrived: `at(offset)` is the arrival time (epoch seconds) of
     the chunk holding that byte, None where nothing was recorded (a mirror from before times
-    were kept, or an entry lost to a kill)."""
+    were kept, or an entry lost to a kill). A viewer that follows a growing log reads only what
+    was appended since (`scan` in a thread, `apply` where the view reads), as LineIndex does."""
 
-    def __init__(self, ends: list[int], times: list[float]) -> None:
-        self.ends, self.times = ends, times
+    def __init__(self, mirror: Path) -> None:
+        self.mirror = mirror
+        self.ends: list[int] = []
+        self.times: list[float] = []
+        self.read_to = 0  # bytes of the .times file taken in
 
     @classmethod
     def read(cls, mirror: Path, limit: int | None = None) -> ChunkTimes:
-        ends: list[int] = []
-        times: list[float] = []
+        t = cls(mirror)
+        t.apply(t.scan(limit))
+        return t
+
+    def scan(self, limit: int | None = None) -> TimesScan:
+        """Entries appended since the last apply, up to the first past `limit` (the mirror's
+        confirmed size); reads this object only, so it may run in a thread."""
+        start = self.read_to
         try:
-            raw = times_path(mirror).read_bytes()
+            with open(times_path(self.mirror), "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size < start:
+                    return TimesScan(start, 0, reset=True)
+                f.seek(start)
+                raw = f.read(size - start)
         except OSError:
-            return cls(ends, times)
+            return TimesScan(start, start)
+        found = TimesScan(start, start)
+        last = self.ends[-1] if self.ends else -1
         for line in raw.split(b"\n")[:-1]:  # the last piece is b"" or a torn entry
             try:
                 end_s, at_s = line.split()
                 end, at = int(end_s), float(at_s)
             except ValueError:
-                continue
-            if ends and end <= ends[-1]:
-                continue  # out of order: not ours to guess
+                end, at = -1, 0.0
             if limit is not None and end > limit:
-                break
-            ends.append(end)
-            times.append(at)
-        return cls(ends, times)
+                break  # not confirmed yet: read again next time
+            found.end += len(line) + 1
+            if end <= last:
+                continue  # torn or out of order: not ours to guess
+            found.ends.append(end)
+            found.times.append(at)
+            last = end
+        return found
+
+    def apply(self, found: TimesScan) -> None:
+        if found.reset:
+            self.ends, self.times, self.read_to = [], [], 0
+            return
+        if found.start != self.read_to:
+            return  # stale (another scan applied first)
+        self.ends += found.ends
+        self.times += found.times
+        self.read_to = found.end
 
     def at(self, offset: int) -> float | None:
         i = bisect.bisect_right(self.ends, offset)

@@ -71,7 +71,7 @@ def find(state_dir: Path, ref: str | None) -> RunState:
     runs = list_runs(state_dir)
     if not runs:
         raise LookupError(f"no runs in {state_dir}")
-    if ref is None or (ref == LATEST and not any(r.run_id.startswith(LATEST) for r in runs)):
+    if ref in (None, LATEST):  # run ids start with their time, never with "latest"
         return runs[-1]
     matches = [r for r in runs if r.run_id == ref] or [r for r in runs if r.run_id.startswith(ref)]
     if len(matches) != 1:

@@ -201,3 +201,32 @@ def test_arrival_times_follow_the_mirror_through_a_cut_back(tmp_path):
     after = ChunkTimes.read(path)
     assert after.ends == [4, 8, 14] and after.times[:2] == first.times
     assert after.times[2] >= first.times[1] and after.times[2] < 9999999999
+
+
+def test_arrival_times_follow_a_growing_mirror_reading_only_what_was_appended(tmp_path):
+    """The full-log viewer rescans every 0.5 s: each round takes only the entries appended
+    since, none past the confirmed size, none twice; a file that shrank starts over."""
+    from runbook.mirror import ChunkTimes, LogMirror, times_path
+
+    path = tmp_path / "m.log"
+    m = LogMirror(path, 0, 0)
+    m.append(4, b"one\n")
+    t = ChunkTimes.read(path)
+    assert t.ends == [4] and t.read_to == times_path(path).stat().st_size
+    m.append(8, b"two\n")
+    m.append(14, b"three\n")
+    found = t.scan(limit=8)  # 14 is not confirmed yet
+    assert found.start == t.read_to and found.ends == [8]
+    t.apply(found)
+    t.apply(found)  # stale: applied already
+    assert t.ends == [4, 8]
+    t.apply(t.scan())
+    assert t.ends == [4, 8, 14] and t.read_to == times_path(path).stat().st_size
+    assert t.scan().ends == []
+    m.close()
+    times_path(path).write_bytes(b"4 1.0\n")  # cut back by a resume
+    shrunk = t.scan()
+    assert shrunk.reset
+    t.apply(shrunk)
+    t.apply(t.scan())
+    assert (t.ends, t.times) == ([4], [1.0])

@@ -24,7 +24,7 @@ from textual.widgets import Footer, Input, Static
 
 from eagle_tui.app.widgets.logs.line_index import LineIndex, ScanResult
 from eagle_tui.app.widgets.logs.readable import readable
-from runbook.mirror import ChunkTimes
+from runbook.mirror import ChunkTimes, TimesScan
 from runbook.units import format_size
 
 CACHE_LINES = 4000
@@ -76,7 +76,9 @@ class LogLines(ScrollView, can_focus=True):
         self.refresh()
 
     def _gutter(self) -> int:
-        return len(str(max(self.index.line_count, 1))) + 2 + (TIME_WIDTH if self.times else 0)
+        return (
+            len(str(max(self.index.line_count, 1))) + 2 + (0 if self.times is None else TIME_WIDTH)
+        )
 
     def _line(self, n: int) -> tuple[int, str]:
         hit = self._cache.get(n)
@@ -111,7 +113,7 @@ class LogLines(ScrollView, can_focus=True):
         if self.times is not None:
             at = self.times.at(offset) if offset >= 0 else None
             stamp = (arrival(at) if at is not None else "").ljust(TIME_WIDTH)
-        width_no = gutter - 2 - (TIME_WIDTH if self.times else 0)
+        width_no = gutter - 2 - (0 if self.times is None else TIME_WIDTH)
         number = Segment(f"{n + 1:>{width_no}}  {stamp}", Style(dim=True))
         style = Style(reverse=True) if n == self.match else None
         body = Strip([Segment(text, style)]).crop_extend(
@@ -195,23 +197,27 @@ class FullLogScreen(Screen[None]):
     @work(thread=True, group="log-index", exit_on_error=False)
     def _scan(self) -> None:
         res: ScanResult | None = None
-        times: ChunkTimes | None = None
+        times: TimesScan | None = None
         try:
             limit = self.limit()
             res = self.index.scan(limit, max_bytes=SCAN_CHUNK)
-            if self.view.times is not None:
-                times = ChunkTimes.read(self.path, limit)
+            if self.view.times is not None:  # only what was appended since the last round
+                times = self.view.times.scan(limit)
         finally:
             try:
                 self.app.call_from_thread(self._scanned, res, times)
             except RuntimeError:  # the app is shutting down
                 pass
 
-    def _scanned(self, res: ScanResult | None, times: ChunkTimes | None = None) -> None:
+    def _scanned(self, res: ScanResult | None, times: TimesScan | None = None) -> None:
         self._scanning = False
         if times is not None and self.view.times is not None:
-            self.view.times = times
-            self.view.refresh()
+            if res is not None and res.reset:  # the mirror was cut back: its times were too
+                self.view.times = ChunkTimes(self.path)
+            else:
+                self.view.times.apply(times)
+            if times.ends or times.reset:
+                self.view.refresh()
         if res is not None and self.index.apply(res):
             self.view.reindexed(res.reset)
             if res.reset or res.end - res.start >= SCAN_CHUNK:
