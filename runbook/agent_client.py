@@ -104,12 +104,14 @@ class AgentConnection:
 
     async def close(self) -> None:
         try:
-            if self._reader_task:
-                self._reader_task.cancel()
-                try:
-                    await self._reader_task
-                except (asyncio.CancelledError, Exception):
-                    pass
+            task = self._reader_task
+            if task:
+                task.cancel()
+                # wait() never raises the reader's own end, and a cancel of this close still
+                # reaches the caller (awaiting the task and catching CancelledError swallowed it)
+                await asyncio.wait({task})
+                if not task.cancelled():
+                    task.exception()  # retrieved: how the reader ended is not this close's
         finally:  # the channel (the agent's process) is let go however this close ends
             try:
                 await self.channel.close()

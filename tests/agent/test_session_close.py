@@ -71,3 +71,42 @@ def test_no_new_agent_after_the_close(tmp_path: Path, monkeypatch):
     assert run_and_collect(main) == []
     assert len(started) == 1, "a call after the close started an agent nobody closes"
     assert running(started) == []
+
+
+def test_a_cancel_of_the_close_reaches_its_caller_while_the_reader_winds_down():
+    """The close waited for its reader task with `await task` inside `except CancelledError:
+    pass`, which also swallowed a cancel of the close itself (the 10-tick case above flaked
+    under load). The channel here is a stand-in whose reader takes 0.2 s to end once
+    cancelled, so the cancel lands in that wait every time."""
+    from runbook.agent_client import AgentConnection
+
+    class SlowReader:
+        async def readline(self) -> bytes:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                await asyncio.sleep(0.2)  # winding down
+                raise
+            return b""
+
+    class Channel:
+        reader = SlowReader()
+        closed = False
+
+        async def close(self) -> None:
+            self.closed = True
+
+    async def main() -> None:
+        channel = Channel()
+        conn = AgentConnection(channel)
+        conn.start()
+        await asyncio.sleep(0)
+        closing = asyncio.ensure_future(conn.close())
+        await asyncio.sleep(0.05)  # the close waits for the reader now
+        assert closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        assert channel.closed and conn.closed.is_set()
+        await asyncio.sleep(0.3)  # the reader's own end, before the loop closes
+
+    asyncio.run(main())
