@@ -474,10 +474,11 @@ class OnlineLoader(Loader):
     """data.Loader reading from the stream (plan.fetcher) instead of a dump."""
 
     def __init__(self, plan: OnlinePlan, rank: int, start_epoch: int, start_step: int, epochs: int,
-                 prefetch: int = 4, pin: bool = False) -> None:  # fmt: skip
+                 prefetch: int = 4, pin: bool = False, **host: Any) -> None:  # fmt: skip
+        """host: data.Loader's embed / embed_pad (train.embed_on_host), as offline."""
         plan.fetcher.start(_order(plan, rank, start_epoch, start_step, epochs))
         print(plan.describe(), flush=True)
-        super().__init__(plan, rank, start_epoch, start_step, epochs, prefetch, pin)
+        super().__init__(plan, rank, start_epoch, start_step, epochs, prefetch, pin, **host)
 
     def _open_reader(self):
         return self.plan.fetcher  # type: ignore[attr-defined]

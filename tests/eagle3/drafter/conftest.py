@@ -66,7 +66,7 @@ def write_config(path: Path, inputs: dict, **sections) -> Path:
     for name, values in sections.items():
         if name == "drafter" and values.get("arch") == "mla":
             cfg[name] = {}  # GQA settings do not apply to MLA
-        cfg[name].update(values)
+        cfg.setdefault(name, {}).update(values)
     path.write_text(json.dumps(cfg))
     return path
 

@@ -141,6 +141,11 @@ class TrainSection:
     betas: list[float] = doc("AdamW betas", [0.9, 0.95])
     adam_eps: float = doc("AdamW epsilon", 1e-8)
     grad_clip: float = doc("clip the global gradient norm to this (0 = off)", 0.5)
+    max_nonfinite_steps: int = doc(
+        "a step whose gradient norm is NaN/inf is skipped (no update, weights stay finite); "
+        "more skipped steps than this stop the run before its next save (0 = at the first)",
+        8,
+    )
     ttt_steps: int = doc("training-time-test unroll length", 7)
     step_weight: float = doc("loss weight of TTT step k is step_weight**k", 0.8)
     noise_std: float = doc(

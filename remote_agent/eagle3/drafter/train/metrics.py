@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -18,6 +19,7 @@ class Window:
 
     def __init__(self, step_w: list[float], depth: int) -> None:
         self.step_w, self.steps, self.depth = step_w, len(step_w), depth
+        self._device = torch.device("cpu")  # the norms' device, for the window's one reduce
         self.reset()
 
     def reset(self) -> None:
@@ -31,11 +33,22 @@ class Window:
         self.n = 0
         self.grad_norm = 0.0
         self.lr = 0.0
+        self.skipped = 0
         self._dev: list[torch.Tensor] = []
         self.breakdown = Breakdown(self.steps, self.depth)  # acc_k_all, sim per source
 
     def add(self, out: StepOut, b, draft_ids, grad_norm, lr, tokens: int | None = None) -> None:
-        """tokens: this rank's share of the batch's tokens (default all of them)."""
+        """tokens: this rank's share of the batch's tokens (default all of them). A step whose
+        gradient norm is not finite was skipped (finite.py): its tokens count as work done, its
+        losses and accuracies (NaN perhaps) stay out of the window."""
+        if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
+            grad_norm = grad_norm.full_tensor()
+        self._device = grad_norm.device
+        norm = float(grad_norm)  # the step's one sync
+        self.tokens += b.tokens if tokens is None else tokens
+        if not math.isfinite(norm):
+            self.skipped += 1
+            return
         losses, args, weights, counts = out.losses, out.args, out.weights, out.counts
         tch = out.teacher
         n = b.input_ids.shape[1]
@@ -55,19 +68,18 @@ class Window:
             s, c, _ = chain_acceptance(match, out.sim_valid[:rows], self.depth)
             self.sim_sum += s
             self.sim_n += c
-        self.tokens += b.tokens if tokens is None else tokens
         self.n += 1
-        if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
-            grad_norm = grad_norm.full_tensor()
-        self.grad_norm = float(grad_norm)
+        self.grad_norm = norm
         self.lr = lr
 
     def emit(self, d: Dist, step: int, epoch: int, elapsed: float, wait: float) -> dict[str, Any]:
-        sums = torch.stack(self._dev).sum(0).cpu()  # [2, steps]
+        # [2, steps]; a window of skipped steps only has none (every rank skips the same steps:
+        # the norm is global)
+        sums = torch.stack(self._dev).sum(0).cpu() if self._dev else torch.zeros(2, self.steps)
         red = torch.cat(
             [sums.flatten(), torch.tensor([self.sim_sum, self.sim_n, self.tokens, wait, elapsed])]
         ).double()
-        red = d.all_reduce_sum(red.to(self._dev[0].device)).cpu()
+        red = d.all_reduce_sum(red.to(self._device)).cpu()
         k = self.steps
         loss_sum, correct = red[:k], red[k : 2 * k]
         sim_sum, sim_n, tokens, wait_all, elapsed_all = red[2 * k :].tolist()
@@ -86,6 +98,8 @@ class Window:
             "lr": self.lr,
             "grad_norm": round(self.grad_norm, 5),
         }
+        if self.skipped:
+            rec["skipped_nonfinite"] = self.skipped
         rec.update(self.breakdown.emit(d, correct))
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             rec["peak_mem_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
