@@ -190,11 +190,12 @@ stage_end revert-guard
 cp -f $WORK/*.json $WORK/*.txt $OUT/ 2>/dev/null
 mkdir -p $OUT/logs; cp -f $STATE/runs/*/logs/*.log $OUT/logs/ 2>/dev/null
 for f in $WORK/sglang-dumps/sglang-server.log $WORK/sglang-dumps/canary/vs-sglang.json; do cp -f $f $OUT/ 2>/dev/null; done
-python3 - "$OUT" "$t0" "$RBRC" "$BYTES_OK" "$STUBS" "${SECS[staging]}" "${SECS[runbook]}" "$RB" "$(wc -l < $STATE/calls)" <<'PY' > $OUT/extra.json
+CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+python3 - "$OUT" "$t0" "$RBRC" "$BYTES_OK" "$STUBS" "${SECS[staging]}" "${SECS[runbook]}" "$RB" "$(wc -l < $STATE/calls)" "${CARD:-no GPU}" <<'PY' > $OUT/extra.json
 import json, sys, time
-out, t0, rbrc, ok, stubs, st, rb, book, calls = sys.argv[1:10]
+out, t0, rbrc, ok, stubs, st, rb, book, calls, card = sys.argv[1:11]
 print(json.dumps({
-  "run": f"bench/gpu_sglang.sh: {book} on one H200, real SGLang 0.5.14",
+  "run": f"bench/gpu_sglang.sh: {book} on one {card}, real SGLang 0.5.14",
   "calls": int(calls),
   "runbook_exit_code": int(rbrc), "revert_byte_identical": ok == "true",
   "stubbed_modules": stubs.split(), "script_seconds": {"staging": int(st), "runbook": int(rb)},

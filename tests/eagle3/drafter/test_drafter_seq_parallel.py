@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,16 @@ from remote_agent.eagle3.drafter.parallel.seq_attention import SeqParallelAttent
 from remote_agent.eagle3.drafter.train.data import step_targets
 
 STEPS = 3
+
+
+def _exit_clean() -> None:
+    """A rank that finished its work leaves without the interpreter's teardown: under load,
+    gloo's threads met its static destructors there ("terminate called without an active
+    exception", SIGABRT after the results were written). Reached only when the work succeeded;
+    an exception still propagates to mp.spawn."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _unroll(arch: str, attention, lo: int, hi: int):
@@ -55,6 +67,7 @@ def _rank(rank: int, world: int, init: str, out: str, arch: str, backend: str) -
     finally:
         dist.barrier()  # gloo aborts a rank whose peer leaves mid-exchange
         dist.destroy_process_group()
+    _exit_clean()
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -118,6 +131,7 @@ def _step_rank(rank: int, world: int, init: str, out: str) -> None:
     finally:
         dist.barrier()  # gloo aborts a rank whose peer leaves mid-exchange
         dist.destroy_process_group()
+    _exit_clean()
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -201,6 +215,7 @@ def _counted_rank(rank: int, world: int, init: str, out: str, checkpoint: bool) 
     finally:
         dist.barrier()
         dist.destroy_process_group()
+    _exit_clean()
 
 
 @pytest.mark.parametrize("checkpoint", [False, True], ids=["plain", "checkpointed"])

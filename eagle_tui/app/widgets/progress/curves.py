@@ -87,6 +87,8 @@ class Curves(Vertical):
             for k in ("step", "loss", "sim_accept_len", "lr", "tokens_per_s")
             if k in last
         ]
+        if m.skipped:  # the run goes on past them; the operator still needs to know
+            facts.append(f"{m.skipped} steps skipped (NaN/inf gradient)")
         status.update(Content(f"{m.count:,} metrics records · " + " · ".join(facts)))
         _plot(self.query_one("#plot-loss", PlotextPlot), "loss", {"loss": m.loss})
         _plot(

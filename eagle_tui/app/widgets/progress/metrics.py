@@ -39,12 +39,15 @@ class Metrics:
         self.acc: dict[int, Series] = {}
         self.count = 0
         self.last: dict[str, Any] = {}
+        self.skipped = 0  # steps the trainer skipped for a NaN/inf gradient, summed over the run
 
     def add(self, record: dict[str, Any]) -> None:
         x = _num(record.get("step"))
         x = float(self.count) if x is None else x
         self.count += 1
         self.last = record
+        if (n := _num(record.get("skipped_nonfinite"))) is not None:
+            self.skipped += int(n)
         if (v := _num(record.get("loss"))) is not None:
             self.loss.add(x, v)
         if (v := _num(record.get("sim_accept_len"))) is not None:
