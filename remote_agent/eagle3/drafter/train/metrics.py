@@ -43,7 +43,7 @@ class Window:
         losses and accuracies (NaN perhaps) stay out of the window."""
         if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
             grad_norm = grad_norm.full_tensor()
-        self._device = grad_norm.device
+        self._device = getattr(grad_norm, "device", self._device)
         norm = float(grad_norm)  # the step's one sync
         self.tokens += b.tokens if tokens is None else tokens
         if not math.isfinite(norm):
@@ -79,7 +79,7 @@ class Window:
         red = torch.cat(
             [sums.flatten(), torch.tensor([self.sim_sum, self.sim_n, self.tokens, wait, elapsed])]
         ).double()
-        red = d.all_reduce_sum(red.to(self._device)).cpu()
+        red = d.all_reduce_sum(red.to(self._dev[0].device if self._dev else self._device)).cpu()
         k = self.steps
         loss_sum, correct = red[:k], red[k : 2 * k]
         sim_sum, sim_n, tokens, wait_all, elapsed_all = red[2 * k :].tolist()
