@@ -364,6 +364,7 @@ def main() -> int:
         compare.final_weights(on_run), compare.final_weights(work / "offline")
     )
     losses_equal = compare.losses(on_run) == compare.losses(work / "offline")
+    first = compare.first_difference(compare.losses(on_run), compare.losses(work / "offline"))
     repeat = None
     if diff != 0.0 or not losses_equal:  # the trainer itself, run twice on the same dump: is
         offline_run(dump, "offline-repeat")  # the difference the stream's or the device's?
@@ -407,6 +408,8 @@ def main() -> int:
         "equal_to_offline": diff == 0.0 and losses_equal,
         "max_abs_diff_final_weights": diff,
         "losses_equal": losses_equal,
+        # where online (a) and offline (b) part: step 1 = inputs or kernels, later = growth
+        "first_loss_difference": first,
         "offline_run_to_run": repeat,  # only when online and offline differ
         "sglang_version": info.get("version") if args.server else "not run",
         "trainer": "eager, chunked attention" if "compile" in train_opts else "default options",

@@ -88,6 +88,18 @@ def losses(run_dir: Path) -> list[float]:
     return [json.loads(line)["loss"] for line in path.read_text().splitlines() if line.strip()]
 
 
+def first_difference(a: list[float], b: list[float]) -> dict[str, Any] | None:
+    """The first logged step at which two runs' losses differ (1-based line of metrics.jsonl,
+    log_every 1: the step), with both values; None when equal. Step 1 apart means the inputs
+    or the kernels differ from the start; a later step, a difference that grew."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return {"step": i + 1, "a": x, "b": y, "of": min(len(a), len(b))}
+    if len(a) != len(b):
+        return {"step": min(len(a), len(b)) + 1, "a": None, "b": None, "of": max(len(a), len(b))}
+    return None
+
+
 def final_weights(run_dir: Path) -> dict[str, Any]:
     from remote_agent.eagle3.drafter.train import checkpoint as ckpt
 
