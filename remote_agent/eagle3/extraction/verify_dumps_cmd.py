@@ -4,7 +4,7 @@ sharded extraction's root (extraction/sharding.py): then the union of its shards
 and each missing sample is reported with the shard that owes it.
 With --model, also the final-state check (extraction/final_check.py): sampled supervised rows
 `final` must predict the data's next token through the target's lm_head (rate at least
---min-final-agreement), and no sample may fall far below the dump's own rate (named, with rows).
+--min-final-agreement), and no sample may fall far below its own source's rate (named, with rows).
 Exit codes: 0 the dump matches, 1 it does not, 2 bad input (no dump dir, no dataset)."""
 
 from __future__ import annotations
