@@ -1,5 +1,4 @@
-import sys
-
 from remote_agent.eagle3.cli import main
+from remote_agent.eagle3.distributed import exit_process
 
-sys.exit(main())
+exit_process(main())

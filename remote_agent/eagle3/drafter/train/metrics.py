@@ -100,6 +100,8 @@ class Window:
         }
         if self.skipped:
             rec["skipped_nonfinite"] = self.skipped
+        if not self.n:  # every step of the window skipped (on every rank: the norm is global)
+            rec.update(loss=None, loss_k=None, acc_k=None, grad_norm=None)
         rec.update(self.breakdown.emit(d, correct))
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             rec["peak_mem_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
