@@ -109,16 +109,23 @@ class Dist:
 
 def exit_process(code: int | None) -> None:
     """End `python -m remote_agent.eagle3`. Under torchrun (WORLD_SIZE > 1) a rank leaves
-    without the interpreter's teardown, once its output is flushed: after a clean barrier and
-    destroy_process_group, gloo's threads can still meet the static destructors there
-    ("terminate called without an active exception", SIGABRT), and torchrun then reports a
-    finished training as failed (seen 1 in 5 runs of the 2-rank CPU test on 2026-12-07).
-    Every file the commands write is closed by then (atomic writes, `with` blocks)."""
+    without the interpreter's teardown (`leave_now`); a plain run exits the ordinary way."""
     import sys
 
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         sys.exit(code)
+    leave_now(code if isinstance(code, int) else 0)
+
+
+def leave_now(code: int = 0) -> None:
+    """Flush the output, then end this process without the interpreter's teardown: after a
+    clean barrier and destroy_process_group, gloo's threads can still meet the static
+    destructors there ("terminate called without an active exception", SIGABRT), and torchrun
+    then reports a finished training as failed (seen 1 in 5 runs of the 2-rank CPU test on
+    2026-12-07). Every file the commands write is closed by then (atomic writes, `with`
+    blocks)."""
     import logging
+    import sys
 
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
@@ -126,4 +133,4 @@ def exit_process(code: int | None) -> None:
             stream.flush()
         except (OSError, ValueError):
             pass  # a closed or broken pipe: nothing left to save
-    os._exit(code if isinstance(code, int) else 0)
+    os._exit(code)

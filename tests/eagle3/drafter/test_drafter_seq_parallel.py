@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,21 +11,12 @@ import torch.multiprocessing as mp
 from test_drafter_model_loss import model_drafter
 from test_drafter_skip_rows import chat_batch
 
+from remote_agent.eagle3.distributed import leave_now
 from remote_agent.eagle3.drafter.model.ttt_attention import TTTAttention
 from remote_agent.eagle3.drafter.parallel.seq_attention import SeqParallelAttention, split_offsets
 from remote_agent.eagle3.drafter.train.data import step_targets
 
 STEPS = 3
-
-
-def _exit_clean() -> None:
-    """A rank that finished its work leaves without the interpreter's teardown: under load,
-    gloo's threads met its static destructors there ("terminate called without an active
-    exception", SIGABRT after the results were written). Reached only when the work succeeded;
-    an exception still propagates to mp.spawn."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 def _unroll(arch: str, attention, lo: int, hi: int):
@@ -67,7 +56,7 @@ def _rank(rank: int, world: int, init: str, out: str, arch: str, backend: str) -
     finally:
         dist.barrier()  # gloo aborts a rank whose peer leaves mid-exchange
         dist.destroy_process_group()
-    _exit_clean()
+    leave_now()  # a rank that finished: no interpreter teardown (gloo aborted it under load)
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -131,7 +120,7 @@ def _step_rank(rank: int, world: int, init: str, out: str) -> None:
     finally:
         dist.barrier()  # gloo aborts a rank whose peer leaves mid-exchange
         dist.destroy_process_group()
-    _exit_clean()
+    leave_now()  # a rank that finished: no interpreter teardown (gloo aborted it under load)
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -215,7 +204,7 @@ def _counted_rank(rank: int, world: int, init: str, out: str, checkpoint: bool) 
     finally:
         dist.barrier()
         dist.destroy_process_group()
-    _exit_clean()
+    leave_now()  # a rank that finished: no interpreter teardown (gloo aborted it under load)
 
 
 @pytest.mark.parametrize("checkpoint", [False, True], ids=["plain", "checkpointed"])
