@@ -19,7 +19,7 @@ class Window:
 
     def __init__(self, step_w: list[float], depth: int) -> None:
         self.step_w, self.steps, self.depth = step_w, len(step_w), depth
-        self._device = torch.device("cpu")  # the norms' device, for the window's one reduce
+        self._device = torch.device("cpu")  # the steps' device (their norm's): the one reduce
         self.reset()
 
     def reset(self) -> None:
@@ -79,7 +79,7 @@ class Window:
         red = torch.cat(
             [sums.flatten(), torch.tensor([self.sim_sum, self.sim_n, self.tokens, wait, elapsed])]
         ).double()
-        red = d.all_reduce_sum(red.to(self._dev[0].device if self._dev else self._device)).cpu()
+        red = d.all_reduce_sum(red.to(self._device)).cpu()
         k = self.steps
         loss_sum, correct = red[:k], red[k : 2 * k]
         sim_sum, sim_n, tokens, wait_all, elapsed_all = red[2 * k :].tolist()
