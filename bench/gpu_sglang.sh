@@ -136,30 +136,14 @@ stage_start runbook
 # the device allows 10 minutes a command: staging + runbook end by BUDGET_S, the report follows
 END=$(( t0 + ${BUDGET_S:-560} ))
 RBRC=125
-run_rb() {  # run_rb [--only STEP]: the engine, bounded by what is left of the budget
-  local left=$(( END - $(date +%s) ))
-  [ $left -le 5 ] && { echo "no time left for $*" >> $OUT/runbook.log; return 124; }
-  timeout -s TERM $left setsid python3 -m eagle_tui.cli run $RB \
-    --auto --yes --quiet --state-dir $STATE "${SETS[@]}" "$@" >> $OUT/runbook.log 2>&1
-}
+CHECK=bench/gpu_sglang_check.py
+source bench/drive_runbook.sh
 if [ $ENGINE -eq 0 ]; then
-  if [ -n "$RESUMING" ]; then run_rb --run latest; else run_rb; fi; RBRC=$?
+  drive_runbook
 else
   echo "eagle-tui does not import (deps not staged?): see engine-import.log" > $OUT/runbook.log
 fi
 echo "runbook rc=$RBRC"; tail -30 $OUT/runbook.log
-if [ $ENGINE -eq 0 ] && [ $RBRC -ne 0 ] && [ $RBRC -ne 124 ]; then
-  # the engine stops at the first step that fails: run each step not yet tried on its own, so
-  # whatever does not depend on the failure still runs (the engine still enforces `requires`)
-  TRIED=""
-  while :; do  # only steps whose requires all succeeded (each engine start costs seconds)
-    python3 -m eagle_tui.cli status --state-dir $STATE --json > $OUT/state-now.json 2>/dev/null
-    next=$(python3 bench/gpu_sglang_check.py runnable --state $OUT/state-now.json --runbook $RB --tried "$TRIED" ${RESUMING:+--lost} | cut -d' ' -f1)
-    [ -z "$next" ] && break
-    TRIED="$TRIED $next"; echo "== --only $next" >> $OUT/runbook.log
-    run_rb --run latest --only $next || [ $? -ne 124 ] || break
-  done
-fi
 stage_end runbook
 python3 -m eagle_tui.cli status --state-dir $STATE --json > $OUT/state.json 2> $OUT/state.err
 

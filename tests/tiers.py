@@ -76,6 +76,8 @@ SLOW: tuple[str, ...] = (
     "tests/eagle3/online/test_online_train.py::test_online_equals_offline_bit_for_bit",
     "tests/eagle3/online/test_online_train.py::test_disk_cache_feeds_the_second_epoch",
     "tests/eagle3/online/test_online_train.py::test_a_producer_of_another_model_is_refused",
+    "tests/eagle3/online/test_online_train.py::test_a_producer_that_reforwards_differently",
+    "tests/eagle3/serving/test_drive_runbook.py",
     "tests/faults/test_values_sweep.py::test_no_value_runs_as_code",
     "tests/faults/test_delete_attacks.py::test_kill9_mid_delete_then_resume",
     "tests/faults/test_delete_attacks.py::test_delete_on_a_full_disk_frees_it",

@@ -36,6 +36,7 @@ from typing import Any
 from remote_agent.eagle3.dense import DumpMeta, safe_name
 from remote_agent.eagle3.drafter.train.data import Loader, Plan, is_holdout
 from remote_agent.eagle3.errors import BadInput, Failed
+from remote_agent.eagle3.online.reforward import Reforwards, rows_digest
 
 
 class RingCache:
@@ -150,6 +151,7 @@ class OnlineFetcher:
         self._early: dict[str, int] = {}
         self._probed: str | None = None
         self.cache: RingCache | None = None
+        self.reforwards = Reforwards()  # the rows of a sample asked again: equal to its first?
         self.error: BaseException | None = None
         self.last_arrival = time.monotonic()
         self.last_problem = ""
@@ -174,13 +176,17 @@ class OnlineFetcher:
     # -- listener callbacks --
 
     def _arrived(self, sid: str, sample: dict[str, Any], meta: DumpMeta) -> None:
-        if self.cache is not None and sid in self._want:  # cached before it is handed out
+        wanted = sid in self._want  # read unlocked, as the cache does: arrivals follow requests
+        if self.cache is not None and wanted:  # cached before it is handed out
             self.cache.put(sid, sample)
+        digest = rows_digest(sample) if wanted else None  # hashed outside the lock
         with self._cond:
             if sid in self._want:
                 del self._want[sid]
                 self._again.discard(sid)
                 self._have[sid] = sample
+                if digest is not None:
+                    self.reforwards.see(sid, digest)
                 self.stats["received"] += 1
                 self.last_arrival = time.monotonic()
                 self._cond.notify_all()
@@ -487,7 +493,11 @@ class OnlineLoader(Loader):
         super().close()
         fetcher = self.plan.fetcher  # type: ignore[attr-defined]
         fetcher.close()
-        stats = {**fetcher.stats, "listener": fetcher.listener.stats}
+        stats = {
+            **fetcher.stats,
+            "listener": fetcher.listener.stats,
+            "reforwards": fetcher.reforwards.to_json(),
+        }
         if fetcher.cache is not None:
             stats["cache_bytes_written"] = fetcher.cache.bytes_written
         self.stats = stats

@@ -142,6 +142,9 @@ def test_bench_online_against_a_server_in_mode_both(both_mode, tiny_target, tmp_
         assert r[side]["tokens_per_s"] > 0 and r[side]["accept_length"] is not None
     assert r["online"]["disk_bytes_written"] == 0 and r["offline"]["disk_bytes_written"] > 0
     assert r["online"]["stream"]["received"] >= 16  # 8 samples, 2 epochs
+    again = r["rows_again_vs_first_forward"]  # epoch 2's forwards repeat epoch 1's here
+    assert again["samples_streamed_again"] >= 8
+    assert again["rows_identical_to_first"] == again["samples_streamed_again"]
     # the same samples as the extraction's rows: this stand-in runs each request alone
     rows = r["sglang_rows_vs_extraction"]
     assert rows["samples"] == 8 and rows["bit_exact"] == 8

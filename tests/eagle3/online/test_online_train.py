@@ -4,6 +4,7 @@ a producer serving another model is refused; the disk cache feeds later epochs."
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from pathlib import Path
@@ -50,8 +51,54 @@ def test_online_equals_offline_bit_for_bit(inputs, offline, tmp_path):
         compare.final_weights(tmp_path / "run"), compare.final_weights(offline)
     )
     assert diff == 0.0
-    stats = (tmp_path / "run" / "online-stats.json").read_text()
-    assert '"retries": 0' in stats and '"duplicates": 0' in stats
+    stats = json.loads((tmp_path / "run" / "online-stats.json").read_text())
+    assert stats["retries"] == 0 and stats["duplicates"] == 0
+    again = stats["reforwards"]  # epoch 2 asked for every sample again: the same rows came
+    assert again["samples_streamed_again"] > 0
+    assert again["rows_identical_to_first"] == again["samples_streamed_again"]
+    assert again["rows_differing"] == 0
+
+
+class ReforwardingProducer(ReferenceProducer):
+    """A producer whose second forward of a sample is one bf16 step off its first, as a real
+    server's is when it batches the sample differently (SGLang 0.5.14 on the H100, 2026-12-07)."""
+
+    def __init__(self, *a, **k) -> None:
+        super().__init__(*a, **k)
+        self.seen: set[tuple[int, ...]] = set()
+
+    def states(self, input_ids):
+        ids, aux, final = super().states(input_ids)
+        key = tuple(input_ids)
+        if key in self.seen:
+            aux = aux.clone()
+            aux[0, 0] += aux[0, 0].abs().clamp_min(1e-3) * 2**-7  # at least one bf16 step up
+        self.seen.add(key)
+        return ids, aux, final
+
+
+def test_a_producer_that_reforwards_differently_parts_from_offline_at_epoch_2(
+    inputs, offline, tmp_path
+):
+    """Equal through epoch 1 (the same rows), apart from epoch 2's first step on, and the
+    stream says why: every sample asked again came back with other rows. With the cache the
+    second epoch reads the first forward's rows and equals offline again."""
+    addr = sock_addr()
+    with ReforwardingProducer(inputs["target"], addr) as producer:
+        online_run(inputs, tmp_path / "run", producer, addr)
+    first = compare.first_difference(compare.losses(tmp_path / "run"), compare.losses(offline))
+    assert first is not None
+    where = compare.locate(offline, first["step"])
+    assert where == {"epoch": 1, "first_step_of_epoch": True}, (first, where)
+    again = json.loads((tmp_path / "run" / "online-stats.json").read_text())["reforwards"]
+    assert again["samples_streamed_again"] > 0
+    assert again["rows_differing"] == again["samples_streamed_again"]
+    assert again["rows_identical_to_first"] == 0
+
+    addr = sock_addr()
+    with ReforwardingProducer(inputs["target"], addr) as producer:
+        online_run(inputs, tmp_path / "cached", producer, addr, cache_gb=1.0)
+    assert compare.losses(tmp_path / "cached") == compare.losses(offline)
 
 
 def test_disk_cache_feeds_the_second_epoch(inputs, offline, tmp_path):

@@ -210,7 +210,9 @@ def test_script_shell_is_sound():
     # (a CPU rehearsal found it corrupting `eagle-tui status --json > state.json`)
     site = text[text.index("sitecustomize.py <<'PYX'") : text.index("\nPYX\n")]
     assert all("file=sys.stderr" in line for line in site.splitlines() if "print(" in line)
-    assert "runbooks/gpu-sglang-check.yaml" in text and "--auto --yes" in text
+    driver = (REPO / "bench" / "drive_runbook.sh").read_text()  # sourced: the engine's flags
+    assert "source bench/drive_runbook.sh" in text and "--auto --yes" in driver
+    assert "runbooks/gpu-sglang-check.yaml" in text
     assert "STAGE" in text and "rich" in text  # the engine's deps are listed for the integrator
 
 
