@@ -38,8 +38,11 @@ t0=$(date +%s)
 gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null \
   || echo "no GPU (nvidia-smi: none)")
 say "$gpu; TOTAL_S=$TOTAL LC_S=$LC_S; work $WORK"
+# the 4K share: 0.47 of 345 s (162 s) ran the defaults, SpecForge and the lean set but left the
+# plain unroll unstarted on the H100 of 2026-12-07, while max_seq had 131,072 done in ~100 s of
+# its 168 and spent the rest compiling a rung past the goal; 0.6 gives the plain set ~45 s more
 timeout -k 5 $((LC_S + 15)) "$PY" bench/bench_long_context.py --part equal --part maxseq \
-  --budget-s "$LC_S" --equal-share "${EQUAL_SHARE:-0.47}" --sf-maxseq-share 0 --bisect 0 \
+  --budget-s "$LC_S" --equal-share "${EQUAL_SHARE:-0.6}" --sf-maxseq-share 0 --bisect 0 \
   ${FIRST_SEQ:+--first-seq "$FIRST_SEQ"} ${LADDER:+--ours-ladder "$LADDER"} "${lc_extra[@]}" \
   --work "$WORK/lc-work" --out "$OUT/long-context.json" >"$WORK/logs/long-context.log" 2>&1
 say "long-context rc=$? at $(($(date +%s) - t0)) s"
