@@ -545,20 +545,23 @@ class Eagle3Drafter(nn.Module):
             o = _attend(q[:, :, -1:], k0, v0, attn.scale, None)  # the last query sees all
             out = layer.post(o, residual[:, -1:])
         keys, values = [k0], [v0]
-        drafts: list[int] = []
+        # the tokens stay on the device until the chain ends: one host sync per chain, not one
+        # per draft step (the GPU demo's evaluate waited on each)
+        draft_ids = self.draft_ids()
+        later = torch.arange(t, t + steps, device=aux.device)  # the drafts' positions
+        drafts: list[torch.Tensor] = []
         for k in range(steps):
-            token = int(self.draft_ids()[self.logits(out)[0, -1].argmax()])
+            token = draft_ids[self.logits(out)[0, -1].argmax()]
             drafts.append(token)
             if k == steps - 1:
                 break
-            pos = torch.tensor([[t - 1 + k + 1]], device=aux.device)
-            emb = self.embed_tokens(torch.tensor([[token]], device=aux.device))
-            q, kk, vv, residual = layer.pre(self.next_hidden(out), emb, pos)
+            emb = self.embed_tokens(token.view(1, 1))
+            q, kk, vv, residual = layer.pre(self.next_hidden(out), emb, later[k].view(1, 1))
             keys.append(kk)
             values.append(vv)
             o = _attend(q, torch.cat(keys, dim=2), torch.cat(values, dim=2), attn.scale, None)
             out = layer.post(o, residual)
-        return drafts
+        return torch.stack(drafts).tolist() if drafts else []
 
 
 def _attend(q, k, v, scale: float, mask: torch.Tensor | None) -> torch.Tensor:
