@@ -335,6 +335,7 @@ def main() -> int:
         producer, url = start_reference(target, stream, args.device, work / "producer.log")
     # a producer that never connects fails the bench in minutes, not the trainer's 15 (default)
     online = {"server": url, "listen": stream, "rid_prefix": args.rid_prefix,
+              "compare_reforwards": True,  # rows_again_vs_first_forward
               "producer_wait_s": args.producer_wait_s, "sample_timeout_s": 60.0}  # fmt: skip
     if args.cache_gb:
         online.update(cache_gb=args.cache_gb, cache_dir=str(work / "cache"))
@@ -368,8 +369,9 @@ def main() -> int:
     diff = compare.max_abs_diff(
         compare.final_weights(on_run), compare.final_weights(work / "offline")
     )
-    losses_equal = compare.losses(on_run) == compare.losses(work / "offline")
-    first = compare.first_difference(compare.losses(on_run), compare.losses(work / "offline"))
+    on_losses, off_losses = compare.losses(on_run), compare.losses(work / "offline")
+    losses_equal = on_losses == off_losses
+    first = compare.first_difference(on_losses, off_losses)
     if first is not None:  # epoch 1 equal and epoch 2 apart: the producer's second forward
         first.update(compare.locate(work / "offline", first["step"]))
     repeat = None
@@ -380,7 +382,7 @@ def main() -> int:
             "max_abs_diff_final_weights": compare.max_abs_diff(
                 compare.final_weights(again), compare.final_weights(work / "offline")
             ),
-            "losses_equal": compare.losses(again) == compare.losses(work / "offline"),
+            "losses_equal": compare.losses(again) == off_losses,
         }
     result = {
         "bench": "online",
@@ -415,11 +417,8 @@ def main() -> int:
         "equal_to_offline": diff == 0.0 and losses_equal,
         # bit for bit on the same forwards, a later epoch's re-forward within LATER_EPOCH_REL_TOL
         "equal_on_first_forwards": compare.equal_on_first_forwards(
-            compare.losses(on_run),
-            compare.losses(work / "offline"),
-            first,
-            stats.get("reforwards") or {},
-        ),  # fmt: skip
+            on_losses, off_losses, first, stats.get("reforwards") or {}
+        ),
         "max_abs_diff_final_weights": diff,
         "losses_equal": losses_equal,
         # where online (a) and offline (b) part: step 1 = inputs or kernels, later = growth

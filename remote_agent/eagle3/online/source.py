@@ -151,7 +151,7 @@ class OnlineFetcher:
         self._early: dict[str, int] = {}
         self._probed: str | None = None
         self.cache: RingCache | None = None
-        self.reforwards = Reforwards()  # the rows of a sample asked again: equal to its first?
+        self.reforwards = Reforwards()  # online.compare_reforwards: a sample's rows asked again
         self.error: BaseException | None = None
         self.last_arrival = time.monotonic()
         self.last_problem = ""
@@ -179,7 +179,8 @@ class OnlineFetcher:
         wanted = sid in self._want  # read unlocked, as the cache does: arrivals follow requests
         if self.cache is not None and wanted:  # cached before it is handed out
             self.cache.put(sid, sample)
-        digest = rows_digest(sample) if wanted else None  # hashed outside the lock
+        track = wanted and self.opts.compare_reforwards
+        digest = rows_digest(sample) if track else None  # hashed outside the lock
         with self._cond:
             if sid in self._want:
                 del self._want[sid]
@@ -496,7 +497,7 @@ class OnlineLoader(Loader):
         stats = {
             **fetcher.stats,
             "listener": fetcher.listener.stats,
-            "reforwards": fetcher.reforwards.to_json(),
+            "reforwards": fetcher.reforwards.to_json() if fetcher.opts.compare_reforwards else None,
         }
         if fetcher.cache is not None:
             stats["cache_bytes_written"] = fetcher.cache.bytes_written

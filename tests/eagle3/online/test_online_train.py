@@ -43,7 +43,7 @@ def online_run(inputs, run: Path, producer: ReferenceProducer, addr: str, **onli
 def test_online_equals_offline_bit_for_bit(inputs, offline, tmp_path):
     addr = sock_addr()
     with ReferenceProducer(inputs["target"], addr) as producer:
-        result = online_run(inputs, tmp_path / "run", producer, addr)
+        result = online_run(inputs, tmp_path / "run", producer, addr, compare_reforwards=True)
         assert producer.sender.stats["overflow"] == 0
     assert result["steps"] > 0
     assert compare.losses(tmp_path / "run") == compare.losses(offline)
@@ -85,7 +85,7 @@ def test_a_producer_that_reforwards_differently_parts_from_offline_at_epoch_2(
     second epoch reads the first forward's rows and equals offline again."""
     addr = sock_addr()
     with ReforwardingProducer(inputs["target"], addr) as producer:
-        online_run(inputs, tmp_path / "run", producer, addr)
+        online_run(inputs, tmp_path / "run", producer, addr, compare_reforwards=True)
     first = compare.first_difference(compare.losses(tmp_path / "run"), compare.losses(offline))
     assert first is not None
     where = compare.locate(offline, first["step"])
@@ -111,6 +111,8 @@ def test_disk_cache_feeds_the_second_epoch(inputs, offline, tmp_path):
     assert compare.losses(tmp_path / "run") == compare.losses(offline)
     cache = tmp_path / "run" / "stream-cache"
     assert len(list(cache.glob("*.safetensors"))) == n
+    stats = json.loads((tmp_path / "run" / "online-stats.json").read_text())
+    assert stats["reforwards"] is None  # not asked for: no row is hashed
 
 
 def test_cache_ring_stays_within_its_size(inputs, tmp_path):

@@ -284,6 +284,12 @@ class OnlineSection:
         "bounded disk cache (a ring, oldest evicted) that later epochs read; null = none", None
     )
     cache_gb: float = doc("size of the disk cache ring in GB (0 = no cache)", 0.0)
+    compare_reforwards: bool = doc(
+        "digest every sample's rows and count, among samples streamed again (later epochs), "
+        "those whose rows differ from their first arrival's (online-stats.json `reforwards`); "
+        "a measurement (bench_online.py): hashing costs the listener ~1 s per GB",
+        False,
+    )
 
 
 @dataclass
