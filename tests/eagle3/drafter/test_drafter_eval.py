@@ -222,3 +222,47 @@ def test_rejected_drafts_leave_the_cache_with_a_negative_crop(tiny_target, monke
     ref = greedy(model, prompt, 20, frozenset())
     speculative_decode(target, FlakyDrafter(ref, len(prompt), 2048, 2), prompt, 20, 3, frozenset())
     assert seen and all(n < 0 for n in seen), seen
+
+
+class PrefixOracle:
+    """Drafts each prompt's greedy continuation (found by its prompt prefix), wrong on every
+    `period`-th output token, the period differing per prompt: rows of one batch accept
+    differently and finish at different rounds."""
+
+    def __init__(self, refs: dict[tuple[int, ...], list[int]], vocab: int) -> None:
+        self.refs, self.vocab = refs, vocab
+
+    def draft_chain(self, aux, ids, steps):
+        ids = ids.tolist()
+        for n, (prompt, ref) in enumerate(self.refs.items()):
+            if tuple(ids[: len(prompt)]) == prompt:
+                done, period = len(ids) - len(prompt), 2 + n
+                nxt = (ref[done : done + steps] + [0] * steps)[:steps]
+                return [(t + 1) % self.vocab if (done + i) % period == 0 else t
+                        for i, t in enumerate(nxt)]  # fmt: skip
+        raise AssertionError("unknown prompt")
+
+
+def test_batched_decode_equals_one_prompt_at_a_time(tiny_target):
+    """The batched decoder (left-padded prompts, rejected drafts masked in the KV cache, one
+    forward per round for all rows) gives every prompt the tokens, verify steps and acceptance
+    by position of the one-prompt decoder: prompts of different lengths, a row that stops early
+    on an end id, scripted partial accepts and a real drafter."""
+    from remote_agent.eagle3.drafter.eval.evaluate import BatchTarget, speculative_decode_batch
+
+    model, _ = load_target(tiny_target)
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, 2000, (n,), generator=g).tolist() for n in (5, 17, 9, 30)]
+    refs = {tuple(p): greedy(model, p, 40, frozenset()) for p in prompts}
+    stop = frozenset({refs[tuple(prompts[2])][11]})  # row 2 ends at its 12th token
+    for dr in (PrefixOracle(refs, 2048), _random_drafter(model)):
+        batch = speculative_decode_batch(BatchTarget(model, [2, 4, 5]), dr, prompts, 40, 3, stop)
+        profiles = set()
+        for p, got in zip(prompts, batch, strict=True):
+            one = speculative_decode(Target(model, [2, 4, 5]), dr, p, 40, 3, stop)
+            assert got.tokens == one.tokens
+            assert (got.verify_steps, got.accepted_at) == (one.verify_steps, one.accepted_at)
+            profiles.add(tuple(got.accepted_at))
+        assert len(batch[2].tokens) < len(batch[0].tokens) == 40  # one row finished early
+        if isinstance(dr, PrefixOracle):
+            assert len(profiles) == len(prompts)  # every row accepted differently

@@ -43,6 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("forward", "full"),
         help="losslessness: one teacher-forced forward (default) or token-by-token greedy too",
     )
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=16,
+        help="prompts decoded together (one target forward per round for all; same tokens)",
+    )
     parser.add_argument("--min-accept-length", type=float, help="fail (exit 1) below this")
     parser.add_argument("--out", help="write the report JSON here")
 
@@ -90,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         holdout_fraction=holdout or 0.0,
         compare_untrained=args.compare_untrained,
         reference=args.reference,
+        batch=args.batch,
     )
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

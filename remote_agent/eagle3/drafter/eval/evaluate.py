@@ -13,7 +13,9 @@ included, so 1.0 means nothing was accepted). The target keeps a KV cache of the
 (each verify step runs it on the bonus and drafts only; rejected drafts are cropped off);
 `speculative_decode(..., cached=False)` recomputes the full sequence each round instead (the
 transparent reference; tests/eagle3/drafter/test_drafter_eval.py checks both give the same tokens
-and acceptance).
+and acceptance). `eagle3 eval` decodes `--batch` prompts at once (speculative_decode_batch: one
+target forward and one host sync per round for the whole batch, rejected drafts masked rather than
+cropped; per prompt the same tokens and acceptance as the one-prompt decoder, tested).
 
 Losslessness: the output must equal plain greedy decoding of the target. Checked in one forward
 over prompt + output: a sequence is the greedy decode exactly when every token is the argmax of
@@ -171,6 +173,119 @@ def _decode_cached(target: Target, drafter, prompt, max_new, steps, eos) -> Deco
     return Decode(out, verify, accepted_at, time.perf_counter() - t0)
 
 
+class BatchTarget:
+    """The target decoding several prompts at once, one forward per verify round for all of
+    them: prompts are left-padded, every row extends by the same 1 + steps tokens a round, and a
+    row's rejected drafts stay in the KV cache masked out (attention_mask 0) instead of cropped,
+    with explicit position ids so each row's positions stay its own. `valid[b, j]`: cache entry j
+    is part of row b's verified sequence."""
+
+    def __init__(self, model, aux_hidden_ids: list[int]) -> None:
+        self.model = model
+        self.aux_ids = aux_hidden_ids
+        self.device = next(model.parameters()).device
+        self.cache: Any = None
+        self.valid = torch.zeros(0, 0, dtype=torch.long)
+        self.lengths = torch.zeros(0, dtype=torch.long)
+
+    @torch.no_grad()
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor):
+        out = self.model(
+            ids, attention_mask=self.valid, position_ids=positions, past_key_values=self.cache,
+            use_cache=True, output_hidden_states=True,
+        )  # fmt: skip
+        self.cache = out.past_key_values
+        hs = out.hidden_states
+        return out.logits.float(), torch.cat([hs[i] for i in self.aux_ids], dim=-1)
+
+    def prefill(self, prompts: list[list[int]]):
+        """Logits and aux [B, P, ...] of the left-padded prompts (row b's own tokens are its
+        last len(prompts[b]) positions)."""
+        from transformers import DynamicCache
+
+        width = max(len(p) for p in prompts)
+        pad = [width - len(p) for p in prompts]
+        ids = torch.tensor([[p[0]] * n + p for p, n in zip(prompts, pad, strict=True)])
+        self.valid = (torch.arange(width)[None, :] >= torch.tensor(pad)[:, None]).long()
+        positions = (self.valid.cumsum(-1) - 1).clamp(min=0)
+        self.lengths = torch.tensor([len(p) for p in prompts])
+        self.cache = DynamicCache()
+        self.valid = self.valid.to(self.device)
+        return self._forward(ids.to(self.device), positions.to(self.device))
+
+    def extend(self, ids: torch.Tensor):
+        """Every row appends ids [B, n] after its verified sequence."""
+        n = ids.shape[1]
+        positions = self.lengths[:, None] + torch.arange(n)[None, :]
+        self.valid = torch.cat([self.valid, torch.ones_like(self.valid[:, :n])], dim=1)
+        return self._forward(ids.to(self.device), positions.to(self.device))
+
+    def keep(self, row: int, n_new: int, appended: int) -> None:
+        """Row `row` keeps the first n_new of the `appended` tokens just extended."""
+        if n_new < appended:
+            self.valid[row, self.valid.shape[1] - appended + n_new :] = 0
+        self.lengths[row] += n_new
+
+    def reset(self) -> None:
+        self.cache = None
+
+
+def speculative_decode_batch(
+    target: BatchTarget, drafter, prompts: list[list[int]], max_new: int, steps: int,
+    eos: frozenset[int],
+) -> list[Decode]:  # fmt: skip
+    """`speculative_decode` of several prompts at once: the same tokens and acceptance per
+    prompt (tested against it), one target forward and one host sync per round for the whole
+    batch instead of one each per prompt. The drafter still drafts each row's chain (its kept
+    step-0 keys are per row); a finished row rides along masked out until all are done."""
+    t0 = time.perf_counter()
+    logits, aux_all = target.prefill(prompts)
+    width = aux_all.shape[1]
+    firsts = logits[:, -1].argmax(-1).tolist()
+    rows = len(prompts)
+    aux = [aux_all[b, width - len(p) :] for b, p in enumerate(prompts)]
+    seqs = [list(p) for p in prompts]
+    outs = [[f] for f in firsts]
+    bonus = list(firsts)
+    verify = [0] * rows
+    accepted = [[0] * steps for _ in range(rows)]
+    kept: list[dict] = [{} for _ in range(rows)]
+
+    def done(b: int) -> bool:
+        return len(outs[b]) >= max_new or outs[b][-1] in eos
+
+    while not all(done(b) for b in range(rows)):
+        live = [b for b in range(rows) if not done(b)]
+        drafts = {}
+        for b in live:
+            ids = torch.tensor(seqs[b] + [bonus[b]], device=aux[b].device)
+            drafts[b] = _draft(drafter, aux[b], ids, steps, kept[b])
+        block = [[bonus[b]] + drafts.get(b, [bonus[b]] * steps) for b in range(rows)]
+        logits, new_aux = target.extend(torch.tensor(block))
+        greedy = logits.argmax(-1).tolist()  # one host sync per round, all rows
+        for b in range(rows):
+            if b not in drafts:
+                target.keep(b, 0, steps + 1)  # a finished row: nothing of this round counts
+                continue
+            verify[b] += 1
+            a = 0
+            while a < steps and drafts[b][a] == greedy[b][a]:
+                a += 1
+            for k in range(a):
+                accepted[b][k] += 1
+            target.keep(b, 1 + a, steps + 1)
+            seqs[b] += [bonus[b]] + drafts[b][:a]
+            aux[b] = torch.cat([aux[b], new_aux[b, : 1 + a]])
+            bonus[b] = greedy[b][a]
+            for t in drafts[b][:a] + [bonus[b]]:
+                if done(b):
+                    break
+                outs[b].append(t)
+    target.reset()
+    share = (time.perf_counter() - t0) / rows  # the batch's wall time, split evenly
+    return [Decode(outs[b], verify[b], accepted[b], share) for b in range(rows)]
+
+
 def _draft(drafter, aux, ids, steps: int, kept: dict) -> list[int]:
     """The drafter's chain, with its kept step-0 keys when it takes them (Eagle3Drafter; the
     scripted drafters of tests take none)."""
@@ -250,6 +365,7 @@ def run_eval(
     compare_untrained: bool = False,
     reference: str = "forward",
     seed: int = 0,
+    batch: int = 16,
 ) -> dict[str, Any]:
     from remote_agent.eagle3.drafter.eval.synthetic import end_ids, load_target, text_config
     from remote_agent.eagle3.drafter.export.export import load_export
@@ -257,6 +373,8 @@ def run_eval(
 
     if topk != 1:
         raise BadInput("--topk: the reference decoder drafts chains (topk 1) only")
+    if batch < 1:
+        raise BadInput(f"--batch must be at least 1, not {batch}")
     if draft_tokens != steps + 1:
         raise BadInput(f"--draft-tokens must be steps + 1 = {steps + 1} for chain drafting")
     tdtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
@@ -291,13 +409,19 @@ def run_eval(
         "device": device,
         "dtype": dtype,
         "reference": reference,
+        "batch": batch,
     }
     references: dict[int, list[int]] = {}
+    batched = BatchTarget(model, aux_hidden)
     for name, dr in drafters.items():
         dr.eval()
+        decodes: list[Decode] = []
+        for lo in range(0, len(prompts), max(1, batch)):
+            decodes += speculative_decode_batch(
+                batched, dr, prompts[lo : lo + batch], max_new_tokens, steps, eos
+            )
         results = []
-        for i, p in enumerate(prompts):
-            dec = speculative_decode(target, dr, p, max_new_tokens, steps, eos)
+        for i, (p, dec) in enumerate(zip(prompts, decodes, strict=True)):
             ok, bad, margin = check_greedy(target, p, dec.tokens, max_new_tokens, eos)
             res = PromptResult(len(p), dec, ok, bad, margin)
             res.extra["forced"] = teacher_forced(target, dr, p, dec.tokens, steps)
