@@ -100,6 +100,16 @@ class Target:
         self.cache = None
 
 
+def accept(drafts: list[int], greedy: list[int], accepted_at: list[int]) -> int:
+    """How many leading drafts equal the target's greedy tokens (counted into accepted_at by
+    chain position); greedy[a] is then the bonus token."""
+    a = 0
+    while a < len(drafts) and drafts[a] == greedy[a]:
+        accepted_at[a] += 1
+        a += 1
+    return a
+
+
 def speculative_decode(
     target: Target, drafter, prompt: list[int], max_new: int, steps: int, eos: frozenset[int],
     cached: bool = True,
@@ -124,11 +134,7 @@ def speculative_decode(
         verify += 1
         base = len(seq)  # logits[base + i] predicts the token after (bonus, d_1..d_i)
         greedy = logits[base : base + steps + 1].argmax(-1).tolist()
-        a = 0
-        while a < steps and drafts[a] == greedy[a]:
-            a += 1
-        for k in range(a):
-            accepted_at[k] += 1
+        a = accept(drafts, greedy, accepted_at)
         new = drafts[:a] + [greedy[a]]
         seq = seq + [bonus] + drafts[:a]
         aux = aux_all[: len(seq)]
@@ -156,11 +162,7 @@ def _decode_cached(target: Target, drafter, prompt, max_new, steps, eos) -> Deco
         logits, new_aux = target.extend([bonus] + drafts)  # row i: the token after d_i
         verify += 1
         greedy = logits[: steps + 1].argmax(-1).tolist()  # one host sync per verify step
-        a = 0
-        while a < steps and drafts[a] == greedy[a]:
-            a += 1
-        for k in range(a):
-            accepted_at[k] += 1
+        a = accept(drafts, greedy, accepted_at)
         target.keep(len(seq) + 1 + a)  # bonus and accepted drafts stay, the rest is dropped
         seq = seq + [bonus] + drafts[:a]
         aux = torch.cat([aux, new_aux[: 1 + a]])
@@ -268,11 +270,7 @@ def speculative_decode_batch(
                 target.keep(b, 0, steps + 1)  # a finished row: nothing of this round counts
                 continue
             verify[b] += 1
-            a = 0
-            while a < steps and drafts[b][a] == greedy[b][a]:
-                a += 1
-            for k in range(a):
-                accepted[b][k] += 1
+            a = accept(drafts[b], greedy[b], accepted[b])
             target.keep(b, 1 + a, steps + 1)
             seqs[b] += [bonus[b]] + drafts[b][:a]
             aux[b] = torch.cat([aux[b], new_aux[b, : 1 + a]])
