@@ -50,7 +50,7 @@ def synchronize(device: str) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description="the batched reference decoder vs one prompt at a time")
     p.add_argument("--preset", default="ci")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--prompts", type=int, default=16)
