@@ -282,7 +282,10 @@ def main() -> int:
             raise SystemExit("--server needs --dump, --dataset, --target and --stream")
         target = args.target
         # shards a killed earlier attempt left in the server's dump go (they would fail the
-        # training steps that read it next: samples not in their dataset)
+        # training steps that read it next: samples not in their dataset); first the server
+        # seals what it still buffers of that attempt, or it would share a shard with this one's
+        compare.flush_dump(args.server, args.rid_prefix, 1)
+        compare.settle(args.dump)
         compare.take_shards(args.dump, work / "stale-dump", STALE)
         # a fresh prefix per attempt: the server remembers every id it dumped (a rerun of the
         # same ids would be skipped as duplicates, and stream with no dump behind it)

@@ -195,6 +195,27 @@ def flush_dump(url: str, rid_prefix: str, token: int) -> None:
     HttpClient(url, 120).post("/generate", generate_body(rid, [token]))
 
 
+def settle(dump: Path, quiet_s: float = 1.0, timeout_s: float = 30.0) -> None:
+    """Wait until the shards of `dump` stop changing for quiet_s (after a flush_dump: the
+    server's writer seals its buffer on its own thread, a moment after the request returns)."""
+    import time
+
+    def names() -> set[str]:
+        return (
+            {p.name for p in (dump / "shards").glob("*")} if (dump / "shards").is_dir() else set()
+        )
+
+    end = time.monotonic() + timeout_s
+    last, since = names(), time.monotonic()
+    while time.monotonic() < end:
+        time.sleep(0.2)
+        now = names()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return
+
+
 def wait_dumped(dump: Path, ids: set[str], timeout_s: float) -> set[str]:
     """Wait until every id is in a sealed shard of `dump`; returns those still missing."""
     import time

@@ -6,6 +6,7 @@ import json
 import random
 from pathlib import Path
 
+import pytest
 from eagle3_data_helpers import random_records, write_records
 
 from remote_agent.eagle3.data.manifest import self_sha256, shuffle_key
@@ -276,3 +277,40 @@ def test_an_untrainable_copy_does_not_shadow_a_trainable_one(cli, tmp_path):
     assert [(r.id, r.loss_mask) for r in merged(out)] == [("y", [0, 1, 1])]
     s = run.result["sources"]
     assert (s["a"]["dropped_untrainable"], s["b"]["dropped_duplicates"]) == (1, 0)
+
+
+def test_an_index_of_a_rewritten_file_of_the_same_size_is_not_trusted(cli, tmp_path):
+    """The index once trusted any file of its recorded size: the online bench's renamed subset,
+    rewritten with a new equal-length id prefix on each attempt, kept the first attempt's ids
+    (and the retry asked the server for samples it had already dumped). Ids at their offsets,
+    and the merge's line CRCs, decide; a copy of the same bytes keeps its index."""
+    from remote_agent.eagle3.errors import BadInput
+
+    rows = [(f"aaa-{i}", [5 + i, 6, 7], [0, 1, 1]) for i in range(20)]
+    data = write_records(tmp_path / "d.jsonl", rows)
+    assert DatasetIndex.open(data).ids()[:2] == ["aaa-0", "aaa-1"]
+    size = data.stat().st_size
+    write_records(
+        data, [(f"bbb-{i}", t, m) for i, t, m in ((i, *r[1:]) for i, r in enumerate(rows))]
+    )
+    assert data.stat().st_size == size
+    with pytest.raises(BadInput, match=r"stale index \(record 0 at byte 0 is 'bbb-0'"):
+        DatasetIndex.open(data, build_if_missing=False)
+    assert DatasetIndex.open(data).ids()[:2] == ["bbb-0", "bbb-1"]  # rebuilt
+    # a merged file's index has line CRCs: an edited token of the same width is caught
+    inputs = sources(tmp_path, n=2, per=10)
+    out = tmp_path / "m.jsonl"
+    assert cli("merge", *inputs, "--out", out).rc == 0
+    copy = tmp_path / "copy" / "m.jsonl"
+    copy.parent.mkdir()
+    for name in ("m.jsonl", "m.index.json"):
+        (copy.parent / name).write_bytes((tmp_path / name).read_bytes())
+    assert DatasetIndex.open(copy, build_if_missing=False).ids() == DatasetIndex.open(out).ids()
+    raw = out.read_bytes()
+    at = raw.index(b'"input_ids":[') + len(b'"input_ids":[')
+    while raw[at + 1 : at + 2].isdigit():  # the last digit of the first token id
+        at += 1
+    digit = b"%d" % ((int(raw[at : at + 1]) + 1) % 10)
+    out.write_bytes(raw[:at] + digit + raw[at + 1 :])  # same width, same id, other token
+    with pytest.raises(BadInput, match="changed \\(line CRC\\)"):
+        DatasetIndex.open(out, build_if_missing=False)

@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -151,3 +153,53 @@ def test_bench_online_against_a_server_in_mode_both(both_mode, tiny_target, tmp_
     # the extraction's dump is as the extract step left it (train steps read it next)
     assert sorted(DumpReader(dump).ids()) == extracted == sorted(f"s{i:04d}" for i in range(12))
     assert len(DumpReader(tmp_path / "bench" / "dump").ids()) == 8
+
+
+# The runbook's retry of step `online-bench` against the same live server after the first attempt
+# was killed mid-run (the device's 10-minute cut of 2026-12-07 did this; the retry then reported
+# "dumped 0 of the 48 streamed samples": the renamed subset, rewritten at the same size, kept the
+# first attempt's index, so the retry asked for ids the server had already dumped).
+
+
+def bench_cmd(server, stream, dump, data, target, work, out):
+    return [sys.executable, str(REPO / "bench" / "bench_online.py"), "--server", server.url,
+            "--stream", stream, "--dump", str(dump), "--dataset", str(data),
+            "--target", str(target), "--samples", "8", "--epochs", "2", "--max-tokens", "64",
+            "--work", str(work), "--out", str(out), "--dump-wait-s", "30"]  # fmt: skip
+
+
+def test_a_retry_after_a_killed_attempt_measures_on_the_same_server(
+    both_mode, tiny_target, tmp_path
+):
+    hook, stream, dump = both_mode
+    data = write_dataset(tmp_path / "data.jsonl", LENGTHS, seed=3)
+    work, out = tmp_path / "bench", tmp_path / "online.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with FakeSGLang(hook, tiny_target, flags={"version": "0.5.14"}) as server:
+        assert main(["extract", "--server", server.url, "--dataset", str(data), "--out",
+                     str(dump), "--disk-margin-gb", "0", "--canary-timeout", "30",
+                     "--dump-timeout", "60", "--progress-interval", "0"]) == 0  # fmt: skip
+        extracted = sorted(DumpReader(dump).ids())
+        first = subprocess.Popen(
+            bench_cmd(server, stream, dump, data, tiny_target, work, out), env=env,
+            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        metrics = work / "online" / "metrics.jsonl"
+        end = time.monotonic() + 600
+        while time.monotonic() < end and first.poll() is None:
+            if metrics.exists() and metrics.read_text().count("\n") >= 2:
+                break  # the online trainer is mid-run: samples streamed and dumped
+            time.sleep(0.2)
+        assert first.poll() is None, "the first attempt ended before it could be killed"
+        os.killpg(first.pid, signal.SIGKILL)  # the cut: no finally, no cleanup
+        first.wait()
+        proc = subprocess.run(
+            bench_cmd(server, stream, dump, data, tiny_target, work, out), env=env,
+            capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["sglang_rows_vs_extraction"]["samples"] == 8
+    assert r["equal_to_offline"] is True
+    # the killed attempt's shards are out of the extraction's dump too
+    assert sorted(DumpReader(dump).ids()) == extracted
