@@ -106,11 +106,22 @@ def save_server_info(url: str, out: Path) -> dict[str, Any]:
     return info
 
 
-def compare_dumps(ref: Path, sgl: Path) -> dict[str, Any]:
+REL_TOL = 2e-2  # per token, relative L2: bf16 kernels of two engines (as the GPU extraction check)
+MAX_FLIP_SHARE = 0.01  # tokens beyond REL_TOL (router near-ties flipped), per tensor
+
+
+def compare_dumps(
+    ref: Path, sgl: Path, rel_tol: float = REL_TOL, max_flip_share: float = MAX_FLIP_SHARE
+) -> dict[str, Any]:
     """Token ids and per-tensor errors of the SGLang dumps against the HF reference extractor's.
 
     rel err is per sample max|sgl - ref| / max|ref| (a norm-relative figure: elementwise ratios
-    explode on values near 0), the max over samples reported."""
+    explode on values near 0), the max over samples reported. The verdict is per token, as the
+    GPU extraction check's (tests/gpu/test_extraction_gpu.py): a MoE router has near-ties that
+    another kernel's rounding flips, and a flipped token takes other experts, so its rows differ a
+    lot while every other token agrees to bf16 rounding; `beyond_share` is the share of tokens
+    whose relative L2 error ||sgl - ref|| / ||ref|| exceeds `rel_tol`, and the dumps agree when
+    the ids are identical and that share is at most `max_flip_share` for each tensor."""
 
     from remote_agent.eagle3.dense import DumpReader
 
@@ -132,12 +143,15 @@ def compare_dumps(ref: Path, sgl: Path) -> dict[str, Any]:
         return out
     sums: dict[str, float] = {"aux": 0.0, "final": 0.0}
     count: dict[str, int] = {"aux": 0, "final": 0}
+    beyond: dict[str, int] = {"aux": 0, "final": 0}
+    tokens = 0
     for sid in common:
         x, y = a.get(sid), b.get(sid)
         if x["input_ids"].tolist() != y["input_ids"].tolist():
             out["ids_identical"] = False
             out.setdefault("ids_differ", []).append(sid)
             continue
+        tokens += int(x["input_ids"].numel())
         for name in ("aux", "final"):
             r, s = x[name].float(), y[name].float()
             d = (s - r).abs()
@@ -146,9 +160,21 @@ def compare_dumps(ref: Path, sgl: Path) -> dict[str, Any]:
             out["max_rel_err"][name] = max(out["max_rel_err"].get(name, 0.0), rel)
             sums[name] += float(d.sum())
             count[name] += d.numel()
+            per_token = (s - r).norm(dim=-1) / r.norm(dim=-1).clamp_min(1e-12)
+            beyond[name] += int((per_token > rel_tol).sum())
     for name in sums:
         if count[name]:
             out["mean_abs_err"][name] = sums[name] / count[name]
+    share = {k: round(v / tokens, 6) if tokens else None for k, v in beyond.items()}
+    out.update(
+        tokens_compared=tokens,
+        rel_tol=rel_tol,
+        max_flip_share=max_flip_share,
+        tokens_beyond_tolerance=beyond,
+        beyond_share=share,
+        within_tolerance=bool(out["ids_identical"])
+        and all(v is not None and v <= max_flip_share for v in share.values()),
+    )
     a.close()
     b.close()
     return out
@@ -363,6 +389,12 @@ def kimi_report(work: Path, base: dict[str, Any], flavours: list[str]) -> dict[s
                 "max_abs_err",
                 "max_rel_err",
                 "mean_abs_err",
+                "tokens_compared",
+                "rel_tol",
+                "max_flip_share",
+                "tokens_beyond_tolerance",
+                "beyond_share",
+                "within_tolerance",
                 "aux_layer_ids",
                 "error",
             )
@@ -582,7 +614,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("ref", type=Path)
     s.add_argument("sgl", type=Path)
     s.add_argument("--out", type=Path, required=True)
-    s.add_argument("--max-rel-err", type=float, default=0.1, help="fail (exit 1) above this")
+    s.add_argument("--rel-tol", type=float, default=REL_TOL, help="per-token relative L2 error")
+    s.add_argument(
+        "--max-flip-share", type=float, default=MAX_FLIP_SHARE,
+        help="fail (exit 1) when more tokens than this share are beyond --rel-tol",
+    )  # fmt: skip
     s = sub.add_parser("reference-accept")
     s.add_argument("--target", type=Path, required=True)
     s.add_argument("--drafter", type=Path, required=True)
@@ -633,7 +669,7 @@ def main(argv: list[str] | None = None) -> int:
         variants = a.variant or ["hook-off", "no-spec"]
         r = diag_launch(a.state, a.step, a.out.parent, variants, a.port, a.wait_s)
     elif a.cmd == "compare-dumps":
-        r = compare_dumps(a.ref, a.sgl)
+        r = compare_dumps(a.ref, a.sgl, a.rel_tol, a.max_flip_share)
     elif a.cmd == "reference-accept":
         r = reference_accept(
             a.target, a.drafter, a.prompts, a.max_new_tokens, a.steps, a.device, a.dtype
@@ -663,8 +699,7 @@ def main(argv: list[str] | None = None) -> int:
         )[:2000]
     )
     if a.cmd == "compare-dumps":
-        worst = max(r.get("max_rel_err", {}).values(), default=float("inf"))
-        return 0 if r.get("ids_identical") and worst <= a.max_rel_err else 1
+        return 0 if r.get("within_tolerance") else 1
     return 0
 
 
