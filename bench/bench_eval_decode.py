@@ -25,25 +25,6 @@ import torch  # noqa: E402
 from bench.machine_info import describe, save_result  # noqa: E402
 
 
-def random_drafter(model, aux_ids: list[int]):
-    from remote_agent.eagle3.drafter.model.model import Eagle3Drafter, build_config
-    from remote_agent.eagle3.drafter.train.config import DrafterSection
-
-    c = model.config
-    cfg = build_config(
-        DrafterSection(arch="llama", num_attention_heads=4, num_key_value_heads=2),
-        target_hidden=c.hidden_size, vocab_size=c.vocab_size, draft_vocab_size=c.vocab_size,
-        aux_layer_ids=aux_ids, target_context=c.max_position_embeddings,
-    )  # fmt: skip
-    d = Eagle3Drafter(cfg)
-    d.init_weights(0.05, torch.Generator().manual_seed(3))
-    with torch.no_grad():
-        d.embed_tokens.weight.copy_(model.get_input_embeddings().weight)
-        d.lm_head.weight.copy_(model.get_output_embeddings().weight)
-    dev = next(model.parameters()).device
-    return d.to(dev).eval()
-
-
 def synchronize(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
@@ -65,12 +46,11 @@ def main() -> int:
         speculative_decode,
         speculative_decode_batch,
     )
-    from remote_agent.eagle3.drafter.eval.synthetic import load_target
+    from remote_agent.eagle3.drafter.eval.synthetic import capture_ids, load_target, random_drafter
     from remote_agent.eagle3.tiny.cache import ensure_tiny
 
     model, _ = load_target(ensure_tiny(a.preset), a.device)
-    layers = model.config.num_hidden_layers
-    aux = [2, layers // 2, layers - 1]
+    aux = capture_ids(model.config.num_hidden_layers)
     drafter = random_drafter(model, aux)
     g = torch.Generator().manual_seed(0)
     vocab = model.config.vocab_size

@@ -131,7 +131,7 @@ def equal_on_first_forwards(
         return False
     if where is None:
         return True
-    if not where.get("first_step_of_epoch") or not (where.get("epoch") or 0) >= 1:
+    if not where.get("first_step_of_epoch") or (where.get("epoch") or 0) < 1:
         return False
     if not reforwards.get("rows_differing"):
         return False

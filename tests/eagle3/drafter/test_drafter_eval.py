@@ -13,7 +13,7 @@ from remote_agent.eagle3.drafter.eval.evaluate import (
     load_prompts,
     speculative_decode,
 )
-from remote_agent.eagle3.drafter.eval.synthetic import greedy, load_target
+from remote_agent.eagle3.drafter.eval.synthetic import greedy, load_target, random_drafter
 
 
 class ScriptedDrafter:
@@ -158,24 +158,6 @@ class FlakyDrafter(ScriptedDrafter):
         ]
 
 
-def _random_drafter(model):
-    from remote_agent.eagle3.drafter.model.model import Eagle3Drafter, build_config
-    from remote_agent.eagle3.drafter.train.config import DrafterSection
-
-    c = model.config
-    cfg = build_config(
-        DrafterSection(arch="llama", num_attention_heads=4, num_key_value_heads=2),
-        target_hidden=c.hidden_size, vocab_size=c.vocab_size, draft_vocab_size=c.vocab_size,
-        aux_layer_ids=[2, 4, 5], target_context=c.max_position_embeddings,
-    )  # fmt: skip
-    d = Eagle3Drafter(cfg)
-    d.init_weights(0.05, torch.Generator().manual_seed(3))
-    with torch.no_grad():
-        d.embed_tokens.weight.copy_(model.get_input_embeddings().weight)
-        d.lm_head.weight.copy_(model.get_output_embeddings().weight)  # some real acceptance
-    return d.eval()
-
-
 def test_cached_decode_equals_the_full_recompute(tiny_target):
     """The KV-cached decoder (the default; the drafter keeps its step-0 keys too) gives the
     full-recompute reference's tokens, verify steps and acceptance by position: scripted
@@ -186,7 +168,7 @@ def test_cached_decode_equals_the_full_recompute(tiny_target):
     prompt = load_prompts_from_text(tok)
     ref = greedy(model, prompt, 40, frozenset())
     drafters = [FlakyDrafter(ref, len(prompt), 2048, p) for p in (2, 3, 5)]
-    drafters.append(_random_drafter(model))
+    drafters.append(random_drafter(model, [2, 4, 5]))
     seen_partial = set()
     for dr in drafters:
         fast = speculative_decode(target, dr, prompt, 40, 3, frozenset())
@@ -255,7 +237,7 @@ def test_batched_decode_equals_one_prompt_at_a_time(tiny_target):
     prompts = [torch.randint(3, 2000, (n,), generator=g).tolist() for n in (5, 17, 9, 30)]
     refs = {tuple(p): greedy(model, p, 40, frozenset()) for p in prompts}
     stop = frozenset({refs[tuple(prompts[2])][11]})  # row 2 ends at its 12th token
-    for dr in (PrefixOracle(refs, 2048), _random_drafter(model)):
+    for dr in (PrefixOracle(refs, 2048), random_drafter(model, [2, 4, 5])):
         batch = speculative_decode_batch(BatchTarget(model, [2, 4, 5]), dr, prompts, 40, 3, stop)
         profiles = set()
         for p, got in zip(prompts, batch, strict=True):

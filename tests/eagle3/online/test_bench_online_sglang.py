@@ -117,24 +117,33 @@ def both_mode(tmp_path, monkeypatch):
     Path(sock).unlink(missing_ok=True)
 
 
+def extract(server, data, dump) -> list[str]:
+    """The runbook's extract step through the server (nobody listens on the stream yet: it never
+    blocks); the ids it dumped."""
+    assert main(["extract", "--server", server.url, "--dataset", str(data), "--out", str(dump),
+                 "--disk-margin-gb", "0", "--canary-timeout", "30", "--dump-timeout", "60",
+                 "--progress-interval", "0"]) == 0  # fmt: skip
+    return sorted(DumpReader(dump).ids())
+
+
+def bench_cmd(server, stream, dump, data, target, work, out) -> list[str]:
+    return [sys.executable, str(REPO / "bench" / "bench_online.py"), "--server", server.url,
+            "--stream", stream, "--dump", str(dump), "--dataset", str(data),
+            "--target", str(target), "--samples", "8", "--epochs", "2", "--max-tokens", "64",
+            "--work", str(work), "--out", str(out)]  # fmt: skip
+
+
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
 def test_bench_online_against_a_server_in_mode_both(both_mode, tiny_target, tmp_path):
     hook, stream, dump = both_mode
     data = write_dataset(tmp_path / "data.jsonl", LENGTHS, seed=3)
     with FakeSGLang(hook, tiny_target, flags={"version": "0.5.14"}) as server:
-        # the runbook's extract step first (nobody listens on the stream yet: never blocks)
-        assert main(["extract", "--server", server.url, "--dataset", str(data), "--out",
-                     str(dump), "--disk-margin-gb", "0", "--canary-timeout", "30",
-                     "--dump-timeout", "60", "--progress-interval", "0"]) == 0  # fmt: skip
-        extracted = sorted(DumpReader(dump).ids())
-        proc = subprocess.run(
-            [sys.executable, str(REPO / "bench" / "bench_online.py"), "--server", server.url,
-             "--stream", stream, "--dump", str(dump), "--dataset", str(data),
-             "--target", str(tiny_target), "--samples", "8", "--epochs", "2",
-             "--max-tokens", "64", "--work", str(tmp_path / "bench"),
-             "--out", str(tmp_path / "online.json")],
-            env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
-            timeout=900,
-        )  # fmt: skip
+        extracted = extract(server, data, dump)
+        cmd = bench_cmd(server, stream, dump, data, tiny_target, tmp_path / "bench",
+                        tmp_path / "online.json")  # fmt: skip
+        proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r = json.loads((tmp_path / "online.json").read_text())
     assert r["equal_to_offline"] is True and r["max_abs_diff_final_weights"] == 0.0
@@ -161,28 +170,21 @@ def test_bench_online_against_a_server_in_mode_both(both_mode, tiny_target, tmp_
 # first attempt's index, so the retry asked for ids the server had already dumped).
 
 
-def bench_cmd(server, stream, dump, data, target, work, out):
-    return [sys.executable, str(REPO / "bench" / "bench_online.py"), "--server", server.url,
-            "--stream", stream, "--dump", str(dump), "--dataset", str(data),
-            "--target", str(target), "--samples", "8", "--epochs", "2", "--max-tokens", "64",
-            "--work", str(work), "--out", str(out), "--dump-wait-s", "30"]  # fmt: skip
-
-
 def test_a_retry_after_a_killed_attempt_measures_on_the_same_server(
     both_mode, tiny_target, tmp_path
 ):
     hook, stream, dump = both_mode
     data = write_dataset(tmp_path / "data.jsonl", LENGTHS, seed=3)
     work, out = tmp_path / "bench", tmp_path / "online.json"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     with FakeSGLang(hook, tiny_target, flags={"version": "0.5.14"}) as server:
-        assert main(["extract", "--server", server.url, "--dataset", str(data), "--out",
-                     str(dump), "--disk-margin-gb", "0", "--canary-timeout", "30",
-                     "--dump-timeout", "60", "--progress-interval", "0"]) == 0  # fmt: skip
-        extracted = sorted(DumpReader(dump).ids())
+        extracted = extract(server, data, dump)
+        cmd = bench_cmd(server, stream, dump, data, tiny_target, work, out) + [
+            "--dump-wait-s",
+            "30",
+        ]
         first = subprocess.Popen(
-            bench_cmd(server, stream, dump, data, tiny_target, work, out), env=env,
-            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            cmd, env=ENV, start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         metrics = work / "online" / "metrics.jsonl"
         end = time.monotonic() + 600
@@ -193,10 +195,7 @@ def test_a_retry_after_a_killed_attempt_measures_on_the_same_server(
         assert first.poll() is None, "the first attempt ended before it could be killed"
         os.killpg(first.pid, signal.SIGKILL)  # the cut: no finally, no cleanup
         first.wait()
-        proc = subprocess.run(
-            bench_cmd(server, stream, dump, data, tiny_target, work, out), env=env,
-            capture_output=True, text=True, timeout=900,
-        )  # fmt: skip
+        proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r = json.loads(out.read_text())
     assert r["sglang_rows_vs_extraction"]["samples"] == 8

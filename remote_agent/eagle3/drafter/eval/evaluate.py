@@ -414,7 +414,7 @@ def run_eval(
     for name, dr in drafters.items():
         dr.eval()
         decodes: list[Decode] = []
-        for lo in range(0, len(prompts), max(1, batch)):
+        for lo in range(0, len(prompts), batch):
             decodes += speculative_decode_batch(
                 batched, dr, prompts[lo : lo + batch], max_new_tokens, steps, eos
             )

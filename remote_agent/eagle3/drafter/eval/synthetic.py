@@ -71,6 +71,26 @@ def text_config(model) -> Any:
     return getattr(c, "text_config", None) or c
 
 
+def random_drafter(model, aux_ids: list[int], seed: int = 3):
+    """A drafter with one random layer and the target's own embedding and head (so it accepts
+    something): decoders and their benches need a real Eagle3Drafter, not a trained one."""
+    from remote_agent.eagle3.drafter.model.model import Eagle3Drafter, build_config
+    from remote_agent.eagle3.drafter.train.config import DrafterSection
+
+    c = text_config(model)
+    cfg = build_config(
+        DrafterSection(arch="llama", num_attention_heads=4, num_key_value_heads=2),
+        target_hidden=c.hidden_size, vocab_size=c.vocab_size, draft_vocab_size=c.vocab_size,
+        aux_layer_ids=aux_ids, target_context=c.max_position_embeddings,
+    )  # fmt: skip
+    d = Eagle3Drafter(cfg)
+    d.init_weights(0.05, torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        d.embed_tokens.weight.copy_(model.get_input_embeddings().weight)
+        d.lm_head.weight.copy_(model.get_output_embeddings().weight)
+    return d.to(next(model.parameters()).device).eval()
+
+
 def prompts_from_stdlib(tok, n: int, prompt_tokens: int | list[int], seed: int) -> list[list[int]]:
     """n chat-templated user turns, each a random window of stdlib source (generation prompt on);
     prompt_tokens: one cap for all, or one per prompt (long prompts take longer windows)."""
