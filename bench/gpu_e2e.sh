@@ -3,7 +3,7 @@
 # transport, sized for 1-2 H200s: a tiny DeepseekV3 trained for a few minutes, chat data it
 # regenerates itself, extraction and drafter training on $NPROC ranks, export, evaluation.
 #   NPROC=2 bench/gpu_e2e.sh [extra --set ...]       -> bench/results/gpu-e2e.json
-#   (one GPU: NPROC=1; run: carry [".whl"] for the staged deps; E2E_OUT=$OUT/gpu-e2e.json)
+#   (one GPU: NPROC=1; run: carry [".whl/e2e"] after bench/stage_e2e.sh; E2E_OUT=$OUT/gpu-e2e.json)
 set -u
 cd "$(dirname "$0")/.."
 STATE=${STATE:-/tmp/eagle3-gpu-e2e}
@@ -13,11 +13,17 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 # the device image has torch and transformers but not eagle-tui's own deps (pydantic, yaml, rich,
 # textual, asyncssh): bench/stage_sglang.sh's site (carry .whl) goes at the END of sys.path, so
 # the image's packages win; runbook steps say `python`, which the image may not have
+# (bench/stage_e2e.sh's .whl/e2e: those deps alone, ~10 MB, plus the sglang 0.5.23 wheel the demo's
+# fetch-sglang-source step reads, since the device cannot reach PyPI; or the SGLang site)
 SITE=${SITE:-/tmp/site}
-if ! python3 -c "import eagle_tui.cli" 2>/dev/null && [ -f .whl/sgl/site.tar.xz ]; then
-  [ -d "$SITE/sglang" ] || { mkdir -p "$SITE" && tar xJf .whl/sgl/site.tar.xz -C "$SITE"; }
+TARBALL=.whl/e2e/site.tar.xz; [ -f $TARBALL ] || TARBALL=.whl/sgl/site.tar.xz
+if ! python3 -c "import eagle_tui.cli" 2>/dev/null && [ -f $TARBALL ]; then
+  [ -d "$SITE/pydantic" ] || { mkdir -p "$SITE" && tar xJf $TARBALL -C "$SITE"; }
   mkdir -p /tmp/e2e-site && echo "import sys; sys.path.append('$SITE')" > /tmp/e2e-site/sitecustomize.py
   export PYTHONPATH="/tmp/e2e-site:$PYTHONPATH"
+fi
+if ls .whl/e2e/wheels/sglang-*.whl >/dev/null 2>&1; then  # where fetch-pristine looks first
+  mkdir -p .cache/wheels && cp -n .whl/e2e/wheels/sglang-*.whl .cache/wheels/
 fi
 command -v python >/dev/null || { mkdir -p /tmp/bin && ln -sf "$(command -v python3)" /tmp/bin/python && export PATH=/tmp/bin:$PATH; }
 python3 -m eagle_tui.cli run runbooks/demo.yaml --auto --yes --quiet --state-dir "$STATE" \
