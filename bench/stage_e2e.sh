@@ -9,9 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
-PLAT=(--only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 --abi abi3 --abi none
-      --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
-      --platform manylinux2014_x86_64 --platform any --no-deps)
+source bench/stage_common.sh  # PLAT: the GPU machine's python 3.12
 pip download -q "${PLAT[@]}" -d "$W/deps" pydantic pydantic-core annotated-types typing-inspection \
   pyyaml rich markdown-it-py mdurl mdit-py-plugins linkify-it-py uc-micro-py pygments textual==8.2.8 \
   textual-plotext plotext asyncssh==2.24.1 cryptography cffi platformdirs tiktoken==0.14.0 regex

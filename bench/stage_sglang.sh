@@ -13,9 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
-PLAT=(--only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 --abi abi3 --abi none
-      --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
-      --platform manylinux2014_x86_64 --platform any --no-deps)
+source bench/stage_common.sh  # PLAT: the GPU machine's python 3.12
 pip download -q --no-deps sglang==0.5.14 sglang-kernel==0.4.4 -d "$W/top"
 # what the import chain of sglang.launch_server + models.deepseek_v2 needs beyond the image
 # (found by probing; see ../shared/reference/sglang-on-gpu-machine.md), plus eagle-tui's own deps
