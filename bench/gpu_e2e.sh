@@ -23,7 +23,8 @@ if ! python3 -c "import eagle_tui.cli" 2>/dev/null && [ -f $TARBALL ]; then
   export PYTHONPATH="/tmp/e2e-site:$PYTHONPATH"
 fi
 if ls .whl/e2e/wheels/sglang-*.whl >/dev/null 2>&1; then  # where fetch-pristine looks first
-  mkdir -p .cache/wheels && cp -n .whl/e2e/wheels/sglang-*.whl .cache/wheels/
+  mkdir -p .cache/wheels
+  for w in .whl/e2e/wheels/sglang-*.whl; do [ -e ".cache/wheels/${w##*/}" ] || cp "$w" .cache/wheels/; done
 fi
 command -v python >/dev/null || { mkdir -p /tmp/bin && ln -sf "$(command -v python3)" /tmp/bin/python && export PATH=/tmp/bin:$PATH; }
 python3 -m eagle_tui.cli run runbooks/demo.yaml --auto --yes --quiet --state-dir "$STATE" \
