@@ -314,3 +314,32 @@ def test_an_index_of_a_rewritten_file_of_the_same_size_is_not_trusted(cli, tmp_p
     out.write_bytes(raw[:at] + digit + raw[at + 1 :])  # same width, same id, other token
     with pytest.raises(BadInput, match="changed \\(line CRC\\)"):
         DatasetIndex.open(out, build_if_missing=False)
+
+
+@pytest.mark.parametrize("corrupt", ["shifted offsets", "offset past the end", "swapped ids"])
+def test_a_corrupted_index_is_never_trusted(tmp_path, corrupt):
+    """An index edited between steps (offsets moved into the middle of a line or past the end,
+    two ids swapped) is refused with its reason, and rebuilt from the data where allowed: a
+    record is never served under another record's id."""
+    import json
+
+    from remote_agent.eagle3.errors import BadInput
+
+    rows = [(f"s-{i:02d}", [5 + i, 6, 7], [0, 1, 1]) for i in range(12)]
+    data = write_records(tmp_path / "d.jsonl", rows)
+    index = DatasetIndex.open(data)
+    ipath = tmp_path / "d.index.json"
+    obj = json.loads(ipath.read_text())
+    recs = obj["records"]
+    if corrupt == "shifted offsets":
+        for r in recs:
+            r[1] += 3
+    elif corrupt == "offset past the end":
+        recs[-1][1] = data.stat().st_size + 100
+    else:
+        recs[0][0], recs[-1][0] = recs[-1][0], recs[0][0]
+    ipath.write_text(json.dumps(obj))
+    with pytest.raises(BadInput, match=r"stale index \(record \d+ at byte \d+ is "):
+        DatasetIndex.open(data, build_if_missing=False)
+    rebuilt = DatasetIndex.open(data)
+    assert rebuilt.ids() == index.ids() == [r[0] for r in rows]
