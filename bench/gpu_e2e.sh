@@ -30,7 +30,7 @@ command -v python >/dev/null || { mkdir -p /tmp/bin && ln -sf "$(command -v pyth
 python3 -m eagle_tui.cli run runbooks/demo.yaml --auto --yes --quiet --state-dir "$STATE" \
   --set preset=gpu --set device=cuda --set nproc="$NPROC" \
   --set target_steps="${TARGET_STEPS:-400}" --set target_batch=16 --set seq_len=512 \
-  --set per_source=300 --set prompts="${PROMPTS:-600}" --set new_tokens=128 --set regen_batch=128 \
+  --set per_source=300 --set prompts="${PROMPTS:-600}" --set new_tokens=128 --set regen_batch=300 \
   --set max_len=1024 --set draft_vocab=8192 --set token_budget=65536 \
   --set drafter_config=tiny-gpu \
   --set draft_steps="${DRAFT_STEPS:-300}" --set eval_prompts=16 --set eval_tokens=128 "$@"

@@ -122,3 +122,26 @@ def test_per_step_hits_equal_an_independent_teacher_forced_chain(tiny_inputs, ex
                     hits[k] += preds[k] == int(teach[t + 1 + k])
                     total[k] += 1
         assert forced.hits == hits and forced.total == total
+
+
+def test_teacher_forced_never_reaches_the_compiled_flex_kernel(tiny_inputs, exported, monkeypatch):
+    """Compiled flex has static shapes: on a GPU every prompt length compiled anew (the evaluate
+    step of the 12-07 GPU demo ran past 130 s). With the device's pick saying flex, as it does on
+    CUDA, the teacher-forced pass must still never call the flex kernel."""
+    from remote_agent.eagle3.drafter.eval import teacher_forced as tf_mod
+    from remote_agent.eagle3.drafter.model import ttt_attention
+
+    def no_flex(*_a, **_k):
+        raise AssertionError("teacher_forced reached the compiled flex kernel")
+
+    monkeypatch.setattr(ttt_attention, "pick_backend", lambda *_a: "flex")
+    monkeypatch.setattr(tf_mod, "pick_backend", lambda *_a: "flex", raising=False)
+    monkeypatch.setattr(ttt_attention, "_flex_fn", no_flex)
+    model, _ = load_target(tiny_inputs["target"])
+    drafter, _ = load_export(exported)
+    drafter.eval()
+    target = Target(model, [2, 4, 5])
+    prompt = load_prompts(tiny_inputs["data"], 1)[0]
+    out = speculative_decode(target, drafter, prompt, 12, 3, frozenset()).tokens
+    forced = teacher_forced(target, drafter, prompt, out, 3)
+    assert forced.positions > 0

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from remote_agent.eagle3.drafter.model.ttt_attention import TTTAttention, pick_backend
+from remote_agent.eagle3.drafter.model.ttt_attention import TTTAttention
 from remote_agent.eagle3.drafter.train.simulate import chain_acceptance
 
 
@@ -73,7 +73,10 @@ def teacher_forced(target, drafter, prompt: list[int], output: list[int], depth:
         step_ids.append(x)
     positions = torch.arange(n, device=dev).unsqueeze(0)
     doc = torch.zeros(1, n, dtype=torch.int32, device=dev)
-    attention = TTTAttention(doc, drafter.midlayer.self_attn.scale, pick_backend("auto", dev))
+    # chunked on every device: compiled flex has static shapes, so on a GPU each prompt's
+    # length cost a compile (the 12-07 GPU demo's evaluate ran past 130 s on them); at eval's
+    # lengths, without grad, the exact chunked kernel is cheap
+    attention = TTTAttention(doc, drafter.midlayer.self_attn.scale, "chunked")
     outs = drafter.ttt(aux.to(dtype).unsqueeze(0), step_ids, positions, attention, depth)
     teacher = logits.argmax(-1)  # teacher of position i: the target's greedy token after i
     in_draft = drafter.t2d.to(dev)[teacher]
