@@ -14,12 +14,13 @@ from remote_agent.eagle3.drafter.train.data import Batch
 from remote_agent.eagle3.drafter.train.loop import StepContext, TTTStep, _Window, forward_backward
 
 
-def chat_batch(seed: int = 0) -> Batch:
-    """Three packed conversations (prompt unsupervised, answer supervised) and padding."""
+def chat_batch(
+    seed: int = 0, spans: tuple[tuple[int, int], ...] = ((9, 12), (14, 5), (4, 10)), pad: int = 6
+) -> Batch:
+    """Packed conversations ((prompt unsupervised, answer supervised) tokens each), then padding."""
     g = torch.Generator().manual_seed(seed)
-    spans = [(9, 12), (14, 5), (4, 10)]  # (prompt, answer) tokens per document
     lengths = [p + a for p, a in spans]
-    n = sum(lengths) + 6
+    n = sum(lengths) + pad
     mask = torch.zeros(n, dtype=torch.bool)
     start = 0
     for p, a in spans:

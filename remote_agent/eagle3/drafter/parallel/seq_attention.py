@@ -18,9 +18,12 @@ The whole training step of one sequence on top of it (teacher of the rank's rows
 train/seq_parallel_step.py's (`sp_forward_backward`, which `train.sequence_parallel` runs, and
 `seq_parallel_step` for a bare drafter).
 
-Backends: `chunked` (query blocks, recomputed in backward) and `dense` (reference), exactly as
-ttt_attention's. A ring variant would hold one remote block at a time instead of the gathered
-K/V; the all-gather is the simpler exact form and the memory of K/V is not the limit here.
+Backends: `flex` (the GPU kernel: this rank's query rows against all L keys, the key blocks
+past its rows and other documents' skipped; rank borders on multiples of its 128-position block,
+`split_offsets(n, world, BLOCK)`), `chunked` (query blocks, recomputed in backward) and `dense`
+(reference), exactly as ttt_attention's. A ring variant would hold one remote block at a time
+instead of the gathered K/V; the all-gather is the simpler exact form and the memory of K/V is
+not the limit here.
 """
 
 from __future__ import annotations
@@ -32,17 +35,23 @@ from remote_agent.eagle3.drafter.model.merge import merge_diagonal, merge_recomp
 from remote_agent.eagle3.drafter.model.ttt_attention import (
     BLOCK,
     _chunked_causal,
+    _flex_causal,
     _mask,
     _softmax_attend,
+    flex_block_mask_range,
 )
 
 
-def split_offsets(n: int, world: int) -> list[int]:
-    """Contiguous near-equal chunks: offsets[r]..offsets[r+1] is rank r's share of n positions."""
-    base, extra = divmod(n, world)
+def split_offsets(n: int, world: int, align: int = 1) -> list[int]:
+    """Contiguous near-equal chunks: offsets[r]..offsets[r+1] is rank r's share of n positions,
+    every border but the last a multiple of `align` (flex: its block), every share non-empty."""
+    units = -(-n // align)
+    if units < world:
+        raise ValueError(f"{n} positions in blocks of {align} cannot be split over {world} ranks")
+    base, extra = divmod(units, world)
     out = [0]
     for r in range(world):
-        out.append(out[-1] + base + (1 if r < extra else 0))
+        out.append(min(n, out[-1] + (base + (1 if r < extra else 0)) * align))
     return out
 
 
@@ -97,8 +106,10 @@ class SeqParallelAttention:
         recompute_merge: bool = False,
     ) -> None:
         self.recompute_merge = recompute_merge  # merge.merge_recomputed, as TTTAttention's
-        if backend not in ("chunked", "dense"):
-            raise ValueError(f"sequence parallel attention: backend {backend!r} (chunked|dense)")
+        if backend not in ("flex", "chunked", "dense"):
+            raise ValueError(
+                f"sequence parallel attention: backend {backend!r} (flex|chunked|dense)"
+            )
         world = dist.get_world_size(group) if dist.is_initialized() else 1
         if len(offsets) != world + 1 or offsets[0] != 0 or offsets[-1] != doc.shape[1]:
             raise ValueError(
@@ -109,6 +120,12 @@ class SeqParallelAttention:
         self.backend, self.block, self.group = backend, block, group
         lo, hi = offsets[rank], offsets[rank + 1]
         self.rows = torch.arange(lo, hi, device=doc.device)  # this rank's global positions
+        # flex: compiled on the GPU (eager flex, on CPU, materialises the scores); the mask of
+        # rows lo..hi over all keys is refused unless lo and hi sit on its block borders
+        self.compiled = doc.is_cuda
+        self.block_mask = (
+            flex_block_mask_range(doc, lo, hi, self.compiled) if backend == "flex" else None
+        )
         self._kv: tuple | None = None  # (k0, v0, gathered k, gathered v): once per batch
 
     def _gathered(self, k: torch.Tensor, v: torch.Tensor):
@@ -130,6 +147,8 @@ class SeqParallelAttention:
 
     def causal(self, q, k, v):
         kf, vf = self._gathered(k, v)
+        if self.backend == "flex":
+            return _flex_causal(q, kf, vf, self.block_mask, self.scale, self.compiled)
         if self.backend == "dense":
             mask = _mask(self.doc, self.rows, kf.shape[2])
             return _softmax_attend(q, kf, vf, mask, self.scale)

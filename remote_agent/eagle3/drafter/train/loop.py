@@ -30,7 +30,6 @@ from remote_agent.eagle3.drafter.model.model import Eagle3Drafter, build_config
 from remote_agent.eagle3.drafter.model.ttt_attention import pick_backend
 from remote_agent.eagle3.drafter.parallel.data_parallel import load_optimizer, trainable_count, wrap
 from remote_agent.eagle3.drafter.parallel.multinode import check_shared_out
-from remote_agent.eagle3.drafter.parallel.seq_attention import split_offsets
 from remote_agent.eagle3.drafter.train import checkpoint as ckpt
 from remote_agent.eagle3.drafter.train import state as train_state
 from remote_agent.eagle3.drafter.train.config import Config
@@ -39,7 +38,6 @@ from remote_agent.eagle3.drafter.train.finite import FiniteWatch
 from remote_agent.eagle3.drafter.train.metrics import Window
 from remote_agent.eagle3.drafter.train.seq_parallel_step import (
     all_reduce_grads,
-    sp_backend,
     sp_forward_backward,
 )
 from remote_agent.eagle3.drafter.train.simulate import chain_depth
@@ -93,8 +91,7 @@ def train(cfg: Config) -> dict[str, Any]:
     if d.main:
         n_trainable = trainable_count(model, step_module, drafter)
         resumed = f"; resumed from {res.path.name} at step {global_step}" if res.path else ""
-        shown = sp_backend(backend) if sp else backend
-        _announce(cfg, out_dir, drafter, plan, d, (steps_per_epoch, total_steps), shown, bf16)
+        _announce(cfg, out_dir, drafter, plan, d, (steps_per_epoch, total_steps), backend, bf16)
         print(f"  {n_trainable / 1e6:.1f} M trainable params; vocab {vocab_n}{resumed}", flush=True)
 
     steps_k = tc.ttt_steps
@@ -131,8 +128,7 @@ def train(cfg: Config) -> dict[str, Any]:
                 break
             b = host_batch.to(device)
             if sp:
-                offsets = split_offsets(b.input_ids.shape[1], d.world)
-                out = sp_forward_backward(step_ctx, b, global_step, offsets)
+                out = sp_forward_backward(step_ctx, b, global_step)
                 all_reduce_grads(params)
             else:
                 out = forward_backward(step_ctx, b, global_step)

@@ -15,7 +15,8 @@ gradient, the valid counts, and one in-place all-reduce per parameter gradient.
 
 The result is a step.StepOut over the whole batch in which rows of other ranks carry no weight
 (argmax -1, chain starts off), so the metrics window sums every rank's share exactly once.
-Attention: the chunked kernel (or dense); flex is not split across ranks yet.
+Attention: the trainer's kernel (sp_split): flex (the GPU's) with rank borders on its
+128-position blocks, chunked where a batch has fewer blocks than ranks (or on CPU), or dense.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from remote_agent.eagle3.drafter.model.loss import HeadGrad, Teacher, soft_ce_sc
 from remote_agent.eagle3.drafter.model.memory import check_handed_over, recomputed, unroll_casts
 from remote_agent.eagle3.drafter.model.model import StepInputs
 from remote_agent.eagle3.drafter.model.ttt_attention import BLOCK
-from remote_agent.eagle3.drafter.parallel.seq_attention import SeqParallelAttention
+from remote_agent.eagle3.drafter.parallel.seq_attention import SeqParallelAttention, split_offsets
 from remote_agent.eagle3.drafter.train.config import TrainSection
 from remote_agent.eagle3.drafter.train.data import StepTargets, step_targets, step_tokens
 from remote_agent.eagle3.drafter.train.simulate import chain_depth
@@ -48,19 +49,20 @@ from remote_agent.eagle3.drafter.train.step import (
 )
 
 
-def sp_backend(backend: str) -> str:
-    """The split attention's kernel for the trainer's choice (flex is not split yet)."""
-    return backend if backend in ("chunked", "dense") else "chunked"
+def sp_split(backend: str, n: int, world: int) -> tuple[str, list[int]]:
+    """(kernel, rank borders) of an n-position batch: the trainer's kernel, flex with borders on
+    its 128-position blocks where every rank gets one, else chunked on near-equal shares."""
+    if backend == "flex" and -(-n // BLOCK) >= world:
+        return "flex", split_offsets(n, world, BLOCK)
+    return (backend if backend == "dense" else "chunked"), split_offsets(n, world)
 
 
-def sp_forward_backward(
-    c: StepContext, b, step: int, offsets: list[int], block: int = BLOCK, group=None
-) -> StepOut:
-    """step.forward_backward of this rank's rows (B = 1, no idle-row skipping)."""
+def sp_forward_backward(c: StepContext, b, step: int, block: int = BLOCK, group=None) -> StepOut:
+    """step.forward_backward of this rank's rows (B = 1, no idle-row skipping); block: the
+    chunked kernel's query block."""
     tc, n, steps = c.tc, b.input_ids.shape[1], c.steps
     rank = dist.get_rank(group)
-    if n < len(offsets) - 1:
-        raise ValueError(f"a {n}-position batch cannot be split over {len(offsets) - 1} ranks")
+    kernel, offsets = sp_split(c.backend, n, dist.get_world_size(group))
     lo, hi = offsets[rank], offsets[rank + 1]
     module: Any = getattr(c.model, "module", c.model)  # the TTTStep: drafter, memory options
     d: Any = module.drafter
@@ -93,7 +95,7 @@ def sp_forward_backward(
         noise = torch.randn(aux.shape, generator=g, device=aux.device) * rms * tc.noise_std
         aux = (aux.float() + noise).to(aux.dtype)
     attention = SeqParallelAttention(
-        b.doc, offsets, c.scale, sp_backend(c.backend), block, group,
+        b.doc, offsets, c.scale, kernel, block, group,
         recompute_merge=module.recompute_elementwise,
     )  # fmt: skip
     # the single-rank objective: gradients are summed over ranks (not averaged), so world 1
@@ -138,7 +140,7 @@ def sp_forward_backward(
     )
 
 
-def seq_parallel_step(drafter, b, lm_head, steps: int, step_w: list[float], offsets, **kw):
+def seq_parallel_step(drafter, b, lm_head, steps: int, step_w: list[float], **kw):
     """One packed sequence's TTT loss split across ranks, backward included (B = 1): the
     trainer's step (sp_forward_backward) for a bare drafter in fp32.
 
@@ -158,7 +160,7 @@ def seq_parallel_step(drafter, b, lm_head, steps: int, step_w: list[float], offs
         step_w, drafter.midlayer.self_attn.scale, kw.get("backend", "chunked"), nullcontext(),
         False, Dist(dist.get_rank(group), dist.get_world_size(group)), tc,
     )  # fmt: skip
-    out = sp_forward_backward(ctx, b, 0, offsets, kw.get("block", BLOCK), group)
+    out = sp_forward_backward(ctx, b, 0, kw.get("block", BLOCK), group)
     sums = torch.stack([x.detach() for x in out.losses])
     dist.all_reduce(sums, group=group)
     return sums, out.counts
