@@ -27,6 +27,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+# the per-token verdict of two dumps (torch imported only when it compares)
+from remote_agent.eagle3.extraction.agreement import (  # noqa: E402
+    MAX_FLIP_SHARE,
+    REL_TOL,
+    dumps_agree,
+    flip_share,
+    token_rel_errs,
+)
+
 # keys Kimi-K2.5's config.json carries that transformers 5.17's DeepseekV3Config drops on save,
 # but SGLang 0.5.14's deepseek_v2.py reads (the last run died on moe_layer_freq without them);
 # the values are what transformers' DeepseekV3 computes anyway (sigmoid scores, noaux_tc routing)
@@ -106,22 +115,16 @@ def save_server_info(url: str, out: Path) -> dict[str, Any]:
     return info
 
 
-REL_TOL = 2e-2  # per token, relative L2: bf16 kernels of two engines (as the GPU extraction check)
-MAX_FLIP_SHARE = 0.01  # tokens beyond REL_TOL (router near-ties flipped), per tensor
-
-
 def compare_dumps(
-    ref: Path, sgl: Path, rel_tol: float = REL_TOL, max_flip_share: float = MAX_FLIP_SHARE
+    ref: Path, sgl: Path, rel_tol: float = REL_TOL["bf16"], max_flip_share: float = MAX_FLIP_SHARE
 ) -> dict[str, Any]:
     """Token ids and per-tensor errors of the SGLang dumps against the HF reference extractor's.
 
     rel err is per sample max|sgl - ref| / max|ref| (a norm-relative figure: elementwise ratios
-    explode on values near 0), the max over samples reported. The verdict is per token, as the
-    GPU extraction check's (tests/gpu/test_extraction_gpu.py): a MoE router has near-ties that
-    another kernel's rounding flips, and a flipped token takes other experts, so its rows differ a
-    lot while every other token agrees to bf16 rounding; `beyond_share` is the share of tokens
-    whose relative L2 error ||sgl - ref|| / ||ref|| exceeds `rel_tol`, and the dumps agree when
-    the ids are identical and that share is at most `max_flip_share` for each tensor."""
+    explode on values near 0), the max over samples reported. The verdict is per token
+    (extraction/agreement.py): `beyond_share` is the share of tokens whose relative L2 error
+    exceeds `rel_tol`, and the dumps agree when the ids are identical and that share is at most
+    `max_flip_share` for each tensor."""
 
     from remote_agent.eagle3.dense import DumpReader
 
@@ -160,12 +163,11 @@ def compare_dumps(
             out["max_rel_err"][name] = max(out["max_rel_err"].get(name, 0.0), rel)
             sums[name] += float(d.sum())
             count[name] += d.numel()
-            per_token = (s - r).norm(dim=-1) / r.norm(dim=-1).clamp_min(1e-12)
-            beyond[name] += int((per_token > rel_tol).sum())
+            beyond[name] += int((token_rel_errs(s, r) > rel_tol).sum())
     for name in sums:
         if count[name]:
             out["mean_abs_err"][name] = sums[name] / count[name]
-    share = {k: round(v / tokens, 6) if tokens else None for k, v in beyond.items()}
+    share = {k: flip_share(v, tokens) for k, v in beyond.items()}
     out.update(
         tokens_compared=tokens,
         rel_tol=rel_tol,
@@ -173,7 +175,7 @@ def compare_dumps(
         tokens_beyond_tolerance=beyond,
         beyond_share=share,
         within_tolerance=bool(out["ids_identical"])
-        and all(v is not None and v <= max_flip_share for v in share.values()),
+        and all(dumps_agree(v, max_flip_share) for v in share.values()),
     )
     a.close()
     b.close()
@@ -614,7 +616,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("ref", type=Path)
     s.add_argument("sgl", type=Path)
     s.add_argument("--out", type=Path, required=True)
-    s.add_argument("--rel-tol", type=float, default=REL_TOL, help="per-token relative L2 error")
+    s.add_argument(
+        "--rel-tol", type=float, default=REL_TOL["bf16"], help="per-token relative L2 error"
+    )
     s.add_argument(
         "--max-flip-share", type=float, default=MAX_FLIP_SHARE,
         help="fail (exit 1) when more tokens than this share are beyond --rel-tol",
