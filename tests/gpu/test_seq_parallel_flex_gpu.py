@@ -129,7 +129,7 @@ def test_seq_parallel_flex_equals_one_rank():
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     p.add_argument("--out", type=Path, default=Path("bench/results/seq-parallel-flex-gpu.json"))
     args = p.parse_args()
     report = run_all()
